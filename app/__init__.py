@@ -1,0 +1,35 @@
+"""Harvey Web: a chat app for a Raspberry Pi that talks to a local Ollama.
+
+``create_app(config)`` builds the Flask app. Importing this package does no work:
+blueprints and services are imported inside the factory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def create_app(config=None, *, services=None):
+    """Build the app for ``config`` (an ``app.config.Config``; defaults if None).
+
+    ``services`` lets a test hand in pre-built services; normally they are made
+    here from the config.
+    """
+    from flask import Flask
+
+    from . import analysis, chat, files, health, security, sessions_views
+    from .config import Config
+    from .services import Services
+
+    config = config or Config()
+    app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_upload_mb * 1024 * 1024 + 64 * 1024
+    app.extensions["harvey"] = services or Services.from_config(config)
+    security.init_app(app)
+    for module in (health, chat, files, analysis, sessions_views):
+        app.register_blueprint(module.bp)
+    return app

@@ -1,0 +1,315 @@
+"""The chat page: send a message, follow the reply as it streams, stop it.
+
+The server answers with HTML fragments (htmx); replies arrive over
+server-sent events from the generation's event log, so a second tab or a reload
+follows the same reply instead of asking again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from flask import (Blueprint, Response, abort, redirect, render_template, request,
+                   stream_with_context, url_for)
+from markupsafe import Markup, escape
+
+from . import conversation, fountain
+from .budget import fit_history, new_budget
+from .conversation import TurnRefused
+from .events import Event, sse_format
+from .ollama import OllamaError
+from .render import markdown
+from .services import services
+from .sessions import Session, SessionNotFound
+
+log = logging.getLogger(__name__)
+bp = Blueprint("chat", __name__)
+
+
+# -- views of turns ------------------------------------------------------------------
+
+@dataclass
+class TurnView:
+    """What the turn partial needs to show one turn."""
+
+    index: int
+    user_text: str
+    model_name: str = ""
+    model: str = ""
+    reply_html: Markup | None = None
+    harvey_text: str = ""
+    stats: str = ""
+    stopped: bool = False
+    error: dict | None = None
+    partial_kept: bool = False
+    notices: list[str] = field(default_factory=list)
+    streaming: bool = False
+    alert: object = None
+
+
+def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
+    """Read a recorded turn's notes back into what the page shows."""
+    model_name = conversation.match_model(turn.model, list(installed)) or default_model
+    view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
+                    stats=turn.stats or "", harvey_text=turn.harvey or "")
+    if turn.reply is not None:
+        view.reply_html = markdown(turn.reply)
+    for note in turn.notes:
+        body = note.strip().removeprefix("[[").removesuffix("]]").strip()
+        if body.startswith("reply: stopped"):
+            view.stopped = True
+        elif body.startswith("reply: error:"):
+            kind, _, detail = body.removeprefix("reply: error:").partition("—")
+            view.error = conversation.error_view(_ErrorKind(kind.strip(), detail.strip()))
+            view.partial_kept = bool(turn.reply)
+        elif body.startswith("notice:"):
+            view.notices.append(body.removeprefix("notice:").strip())
+        elif body.startswith("model switch:"):
+            view.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
+    return view
+
+
+class _ErrorKind(OllamaError):
+    """An error read back from the session file, keeping its kind."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _views(session: Session, default_model: str) -> list[TurnView]:
+    svc = services()
+    installed, _ = _models()
+    views = [turn_view(i, t, default_model, installed) for i, t in enumerate(session.turns)]
+    running = svc.replies.running(session.name)
+    if running and views and running.turn == len(views) - 1:
+        views[-1].streaming = True
+        views[-1].reply_html = None
+    if svc.jobs:
+        svc.jobs.decorate(session, views)
+    return views
+
+
+# -- the page --------------------------------------------------------------------------
+
+def _load(name: str) -> Session:
+    try:
+        return services().store.load(name)
+    except SessionNotFound:
+        abort(404, description="There is no such session.")
+
+
+def _session_model(session: Session, installed: list[str] | None = None) -> str:
+    """The model of the session's last turn, else the configured default."""
+    for turn in reversed(session.turns):
+        if turn.model:
+            if installed is None:
+                installed, _ = _models()
+            return conversation.match_model(turn.model, installed)
+    return services().config.ollama.model
+
+
+def status_for(session: Session, model: str) -> dict:
+    """The status line: model, window, tokens free for the next message."""
+    svc = services()
+    status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "",
+              "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
+              "samples": svc.calibration.samples(model)}
+    try:
+        facts = svc.client.show(model)
+    except OllamaError as exc:
+        status["problem"] = str(exc)
+        return status
+    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
+    fit_history(budget, conversation.system_prompt(svc.config, svc.config.workspace_path),
+                conversation.history_turns(session.turns))
+    status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
+                  low=budget.low, components=dict(budget.components))
+    return status
+
+
+def _models() -> tuple[list[str], str]:
+    try:
+        return services().client.list_models(), ""
+    except OllamaError as exc:
+        return [], str(exc)
+
+
+def _recent(limit: int = 8) -> list[dict]:
+    store = services().store
+    items = []
+    for name in store.names()[:limit]:
+        try:
+            session = store.load(name)
+        except (SessionNotFound, OSError):
+            continue
+        items.append({"name": name, "title": session.title, "when": session.play.title_page.get("Date", "")})
+    return items
+
+
+def _context(session: Session, **extra) -> dict:
+    svc = services()
+    models, _problem = _models()
+    model = extra.pop("model", None) or _session_model(session, models)
+    return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
+            "busy": bool(svc.replies.running(session.name)),
+            "max_message_chars": svc.config.server.max_message_kb * 1024,
+            "status": status_for(session, model), **extra}
+
+
+@bp.get("/")
+def index():
+    """The most recent session, or a new one."""
+    store = services().store
+    names = store.names()
+    name = names[0] if names else store.create(services().config.ollama.model).name
+    return redirect(url_for("chat.page", name=name))
+
+
+@bp.post("/new")
+def new_session():
+    session = services().store.create(services().config.ollama.model)
+    return redirect(url_for("chat.page", name=session.name), code=303)
+
+
+@bp.get("/s/<name>")
+def page(name: str):
+    session = _load(name)
+    ctx = _context(session, draft=request.args.get("draft", ""))
+    return render_template("chat/page.html", turns=_views(session, ctx["model"]), recent=_recent(), **ctx)
+
+
+@bp.post("/s/<name>/title")
+def rename(name: str):
+    _load(name)
+    session = services().store.rename(name, request.form.get("title", ""))
+    return render_template("chat/_title.html", session=session)
+
+
+# -- sending -------------------------------------------------------------------------
+
+def _fragment(session: Session, view: TurnView, model: str) -> str:
+    """The new turn, plus the send button and status line swapped out-of-band."""
+    ctx = _context(session, model=model)
+    html = render_template("chat/_turn.html", view=view, **ctx)
+    html += render_template("chat/_send_button.html", busy=view.streaming, oob=True)
+    html += render_template("chat/_status.html", oob=True, **{k: v for k, v in ctx.items() if k != "session"},
+                            session=session)
+    return html
+
+
+@bp.post("/s/<name>/messages")
+def send(name: str):
+    """Record the message, then start the reply (or answer with a card)."""
+    svc = services()
+    session = _load(name)
+    text = request.form.get("message", "")
+    if not text.strip():
+        return Response("", status=204)
+    if len(text.encode("utf-8", "surrogatepass")) > svc.config.server.max_message_kb * 1024:
+        abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
+    if svc.replies.running(name):
+        abort(409, description="A reply is still being generated; wait for it or stop it.")
+    model = request.form.get("model") or _session_model(session)
+    turn = fountain.Turn(when=conversation.now(), user_text=text, model=model, reply=None)
+    try:
+        installed = svc.client.list_models()
+        mentioned, rest = conversation.split_model_mention(text, installed)
+    except (OllamaError, TurnRefused) as exc:
+        return _refused(name, turn, exc)
+    if mentioned and mentioned != model:
+        turn.notes.append(fountain.model_switch_note(mentioned, svc.store.backend, turn.when))
+    turn.model = model = mentioned or model
+    session = svc.store.append_scene(name, svc.store.turn_scene(turn))
+    index = len(session.turns) - 1
+    try:
+        prepared = conversation.prepare(svc, session.turns[:-1], rest, model)
+    except (OllamaError, TurnRefused) as exc:
+        return _refused(name, turn, exc, recorded=True)
+    notices = [f"notice: {n}" for n in prepared.notices]
+    if notices:
+        turn.notes.extend(notices)
+        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
+    if prepared.overflow:
+        view = svc.jobs.overflow(session, index, turn, prepared)
+        return _fragment(session, view, model)
+    _start_reply(svc, name, index, turn, prepared)
+    view = turn_view(index, turn, model)
+    view.streaming, view.reply_html = True, None
+    return _fragment(svc.store.load(name), view, model)
+
+
+def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = False):
+    """Record the message with an error note and show the error card."""
+    svc = services()
+    turn.notes.append(f"reply: error: {getattr(exc, 'kind', 'refused')} — {' '.join(str(exc).split())}")
+    if recorded:
+        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
+    else:
+        session = svc.store.append_scene(name, svc.store.turn_scene(turn))
+    log.info("message in %s not sent: %s", name, exc)
+    view = turn_view(len(session.turns) - 1, turn, turn.model)
+    view.error = conversation.error_view(exc)
+    return _fragment(session, view, turn.model)
+
+
+def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> None:
+    """Generate in the background; record the turn when the reply ends."""
+    def open_stream():
+        return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window)
+
+    def on_piece(gen, piece):
+        gen.events.append("piece", str(escape(piece)))
+
+    def on_finish(gen):
+        notes = conversation.reply_notes(gen.status, gen.error)
+        if gen.final is not None:
+            warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final.prompt_eval_count)
+            if warning:
+                notes.append(f"notice: {warning}")
+        done = conversation.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, notes)
+        try:
+            svc.store.replace_last_scene(name, svc.store.turn_scene(done))
+        finally:
+            gen.events.append("final")
+
+    svc.replies.start(name, index, prepared.model, open_stream, on_piece, on_finish)
+
+
+@bp.post("/s/<name>/stop")
+def stop(name: str):
+    gen = services().replies.running(name)
+    if gen:
+        gen.stop()
+    return Response("", status=204)
+
+
+@bp.get("/s/<name>/turns/<int:turn>/stream")
+def stream(name: str, turn: int):
+    """SSE: the reply so far as one snapshot, then each new piece, then the final turn."""
+    _load(name)
+    gen = services().replies.current(name)
+
+    def events():
+        if gen is not None and gen.turn == turn:
+            past = gen.events.snapshot()
+            pieces = "".join(e.data for e in past if e.name == "piece")
+            yield sse_format(Event(len(past), "snapshot", pieces))
+            for event in gen.events.follow(len(past)):
+                if event is None or event.name != "final":
+                    yield sse_format(event)
+        yield sse_format(Event(0, "final", _final_html(name, turn)))
+        yield sse_format(Event(0, "close", ""))
+
+    return Response(stream_with_context(events()), mimetype="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def _final_html(name: str, index: int) -> str:
+    """The finished turn as stored, with the send button and status refreshed."""
+    session = services().store.load(name)
+    views = _views(session, _session_model(session))
+    if index >= len(views):
+        return ""
+    return _fragment(session, views[index], views[index].model_name)

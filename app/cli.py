@@ -1,0 +1,180 @@
+"""The ``harvey`` command: serve the app, check the setup, set the password."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .config import Config, ConfigError, load_config
+
+log = logging.getLogger("harvey")
+
+DEMO_MODEL = "smollm2:135m"
+
+
+def default_config_path() -> str | None:
+    """``$HARVEY_CONFIG``, else ./harvey.yaml, else /etc/harvey/harvey.yaml if present."""
+    for candidate in (os.environ.get("HARVEY_CONFIG"), "harvey.yaml", "/etc/harvey/harvey.yaml"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return os.environ.get("HARVEY_CONFIG")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harvey", description="Harvey Web: chat with a local Ollama model.")
+    parser.add_argument("--config", default=None, help="path to harvey.yaml")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the web app under waitress")
+    serve.add_argument("--config", default=argparse.SUPPRESS, help="path to harvey.yaml")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--demo", action="store_true",
+                       help="when no Ollama answers, start the bundled small model and use it")
+    check = sub.add_parser("check", help="check the configuration and the Ollama server")
+    check.add_argument("--config", default=argparse.SUPPRESS, help="path to harvey.yaml")
+    setpw = sub.add_parser("set-password", help="set the password asked on the LAN")
+    setpw.add_argument("--config", default=argparse.SUPPRESS, help="path to harvey.yaml")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config or default_config_path())
+    except ConfigError as exc:
+        print(f"harvey: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return {"serve": cmd_serve, "check": cmd_check, "set-password": cmd_set_password}[args.command](config, args)
+
+
+def cmd_serve(config: Config, args) -> int:
+    """Serve the app; with --demo, fall back to the bundled model."""
+    from waitress import create_server
+
+    from . import create_app
+    from .ollama import OllamaClient
+
+    server_cfg = dataclasses.replace(config.server, host=args.host or config.server.host,
+                                     port=args.port if args.port is not None else config.server.port)
+    config = dataclasses.replace(config, server=server_cfg)
+    demo = None
+    if not OllamaClient(config.ollama.url, connect_timeout=1.0).is_up():
+        if args.demo:
+            demo, config = _start_demo(config)
+            if demo is None:
+                return 1
+        else:
+            log.warning("Ollama is not answering at %s; the app will say so and recover when it comes up.",
+                        config.ollama.url)
+    app = create_app(config)
+    server = create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
+                           channel_timeout=server_cfg.channel_timeout_s,
+                           connection_limit=server_cfg.connection_limit, ident="harvey")
+    log.info("Harvey Web %s listening on %s", _version(), _urls(server_cfg.host, server.effective_port))
+    log.info("Sessions in %s; workspace %s; Ollama at %s, model %s", config.sessions_path,
+             config.workspace_path, config.ollama.url, config.ollama.model)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        if demo:
+            demo.stop()
+    return 0
+
+
+def _start_demo(config: Config):
+    """Start the bundled SmolLM2 behind the Ollama API; point the config at it."""
+    from .demo_server import DemoServer, DemoUnavailable
+
+    try:
+        demo = DemoServer(model_name=DEMO_MODEL)
+        demo.start()
+    except DemoUnavailable as exc:
+        print(f"harvey: no Ollama at {config.ollama.url}, and {exc}", file=sys.stderr)
+        return None, config
+    log.info("No Ollama at %s: using the bundled demo model %s at %s", config.ollama.url, DEMO_MODEL, demo.url)
+    ollama = dataclasses.replace(config.ollama, url=demo.url, model=DEMO_MODEL)
+    return demo, dataclasses.replace(config, ollama=ollama)
+
+
+def _urls(host: str, port: int) -> str:
+    if host in ("0.0.0.0", "::"):
+        import socket
+        names = {"127.0.0.1"}
+        try:
+            names.update(socket.gethostbyname_ex(socket.gethostname())[2])
+        except OSError:
+            pass
+        return ", ".join(f"http://{n}:{port}/" for n in sorted(names))
+    return f"http://{host}:{port}/"
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def cmd_check(config: Config, args) -> int:
+    """Print what is configured, what Ollama has, and what is wrong."""
+    from .budget import context_window
+    from .ollama import OllamaClient, OllamaError
+
+    print(f"config: {config.source}")
+    print(f"ollama: {config.ollama.url}")
+    client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s, read_timeout=30)
+    problems = []
+    try:
+        models = client.list_models()
+    except OllamaError as exc:
+        print(f"problem: {exc}")
+        return 1
+    for name in models:
+        try:
+            facts = client.show(name)
+            trained = facts.context_length
+            window = context_window(config, name, trained)
+            marker = "*" if name == config.ollama.model else " "
+            print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")
+        except OllamaError as exc:
+            problems.append(f"{name}: {exc}")
+    if config.ollama.model not in models:
+        problems.append(f"the configured model '{config.ollama.model}' is not installed: "
+                        f"ollama pull {config.ollama.model}")
+    for path in (config.workspace_path, config.sessions_path):
+        if path.exists() and not os.access(path, os.W_OK):
+            problems.append(f"{path} is not writable")
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
+        return 1
+    print(f"model: {config.ollama.model}")
+    print("ok")
+    return 0
+
+
+def cmd_set_password(config: Config, args) -> int:
+    """Ask for a password twice and store its scrypt hash in the data folder."""
+    import getpass
+
+    from .auth import set_password
+
+    first = getpass.getpass("New password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+    second = getpass.getpass("Again: ") if sys.stdin.isatty() else first
+    if first != second:
+        print("harvey: the passwords differ; nothing changed", file=sys.stderr)
+        return 1
+    if len(first) < 8:
+        print("harvey: use at least 8 characters; nothing changed", file=sys.stderr)
+        return 1
+    set_password(config.data_path, first)
+    print(f"password set ({config.data_path / 'password'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""harvey.yaml, read once into typed, frozen objects.
+
+Every key has a default, so a missing file is a working configuration. A broken
+file stops start-up with one message that names the file, the key and what was
+expected: a typo in a key must not be silently ignored on a headless Pi.
+
+The schema is the dataclasses below; ``harvey.yaml.example`` documents every key
+and ``tests/test_config.py`` checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class ConfigError(Exception):
+    """harvey.yaml cannot be used; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class OllamaConfig:
+    url: str = "http://127.0.0.1:11434"
+    model: str = "llama3.2:3b"
+    # Connect fails fast when Ollama is down; reads wait for a slow Pi.
+    connect_timeout_s: float = 3.0
+    timeout_s: float = 600.0
+    keep_alive: str = "30m"
+    # The window used when a model's own length is larger: a size a Pi can hold.
+    default_context_window: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    context_window: int | None = None
+    effective_context: int | None = None
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    enabled: bool = True
+    threshold: float = 0.80
+    chunk_size_tokens: int = 1500
+    max_chunks: int = 20
+    overlap: str = "paragraph"
+    concurrency: int = 1
+    # Bound on each partial answer, so that the partials can be synthesized.
+    map_reply_tokens: int = 400
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    safety_margin: float = 0.10
+    reply_tokens: int = 512
+    bytes_per_token: float = 4.0
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # Each open SSE stream holds a waitress thread; size for a few pages open.
+    threads: int = 8
+    channel_timeout_s: int = 120
+    connection_limit: int = 50
+    max_upload_mb: int = 20
+    max_message_kb: int = 256
+
+
+@dataclass(frozen=True)
+class Config:
+    ollama: OllamaConfig = field(default_factory=OllamaConfig)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    workspace: str = "./data/workspace"
+    sessions_dir: str = "./data/sessions"
+    data_dir: str = "./data"
+    user_name: str = "USER"
+    system_prompt: str = (
+        "You are Harvey, a helpful assistant running on a small computer. "
+        "Answer clearly and concisely."
+    )
+    auth: str = "auto"
+    # Where the file came from, for messages; not a key in the file.
+    source: str = field(default="(defaults)", compare=False)
+
+    def model(self, name: str) -> ModelConfig:
+        """The per-model settings for ``name``, or the defaults."""
+        return self.models.get(name, ModelConfig())
+
+    @property
+    def workspace_path(self) -> Path:
+        return Path(self.workspace).expanduser().resolve()
+
+    @property
+    def sessions_path(self) -> Path:
+        return Path(self.sessions_dir).expanduser().resolve()
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+
+def load_config(path: str | os.PathLike | None = None, env: dict | None = None) -> Config:
+    """Read ``path`` (missing file = defaults), apply environment overrides.
+
+    ``OLLAMA_HOST`` (Ollama's own convention) and ``HARVEY_MODEL`` win over the
+    file, so one machine can point at another Ollama without editing it.
+    """
+    env = os.environ if env is None else env
+    source = str(path) if path else "(defaults)"
+    data: dict = {}
+    if path and Path(path).exists():
+        data = _read_yaml(Path(path))
+    config = _build(Config, data, source, prefix="")
+    config = dataclasses.replace(config, source=source)
+    return _apply_env(config, env)
+
+
+def _read_yaml(path: Path) -> dict:
+    """Parse the YAML, turning a syntax error into one readable line."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level, got {_kind(data)}")
+    return data
+
+
+def _build(cls, data: dict, source: str, prefix: str):
+    """Build dataclass ``cls`` from ``data``, checking every key and type."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: key '{prefix.rstrip('.')}': expected a mapping, got {_kind(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' (known keys here: {known})")
+    values = {name: _value(hints[name], raw, source, f"{prefix}{name}") for name, raw in data.items()}
+    obj = cls(**values)
+    _check(obj, source, prefix)
+    return obj
+
+
+def _value(hint, raw, source: str, key: str):
+    """Convert one raw YAML value to the field's type or raise ConfigError."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if raw is None and type(None) in args:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        return _value(hint, raw, source, key)
+    if origin is dict:
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: key '{key}': expected a mapping of names, got {_kind(raw)}")
+        return {str(k): _build(args[1], v or {}, source, f"{key}.{k}.") for k, v in raw.items()}
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, raw if raw is not None else {}, source, f"{key}.")
+    if hint is bool:
+        if isinstance(raw, bool):
+            return raw
+    elif hint is int:
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+    elif hint is float:
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return float(raw)
+    elif hint is str:
+        if isinstance(raw, (str, int, float)) and not isinstance(raw, bool):
+            return str(raw)
+    names = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+    raise ConfigError(f"{source}: key '{key}': expected {names.get(hint, hint)}, got {_kind(raw)} {raw!r}")
+
+
+def _check(obj, source: str, prefix: str) -> None:
+    """Range checks that types alone cannot express."""
+    def bad(key: str, expected: str, got) -> ConfigError:
+        return ConfigError(f"{source}: key '{prefix}{key}': expected {expected}, got {got!r}")
+
+    if isinstance(obj, ChunkingConfig):
+        if not 0 < obj.threshold <= 1:
+            raise bad("threshold", "a number in (0, 1]", obj.threshold)
+        if obj.overlap not in ("paragraph", "sentence", "none"):
+            raise bad("overlap", "one of paragraph, sentence, none", obj.overlap)
+        for key in ("chunk_size_tokens", "max_chunks", "concurrency", "map_reply_tokens"):
+            if getattr(obj, key) < 1:
+                raise bad(key, "a whole number of at least 1", getattr(obj, key))
+    elif isinstance(obj, BudgetConfig):
+        if not 0 <= obj.safety_margin < 1:
+            raise bad("safety_margin", "a number in [0, 1)", obj.safety_margin)
+        if obj.reply_tokens < 0:
+            raise bad("reply_tokens", "a whole number of at least 0", obj.reply_tokens)
+        if obj.bytes_per_token <= 0:
+            raise bad("bytes_per_token", "a positive number", obj.bytes_per_token)
+    elif isinstance(obj, ModelConfig):
+        for key in ("context_window", "effective_context"):
+            value = getattr(obj, key)
+            if value is not None and value < 256:
+                raise bad(key, "a whole number of at least 256", value)
+    elif isinstance(obj, ServerConfig):
+        if not 0 <= obj.port <= 65535:
+            raise bad("port", "a port number 0-65535", obj.port)
+        if obj.threads < 2:
+            raise bad("threads", "at least 2 (one SSE stream holds a thread)", obj.threads)
+    elif isinstance(obj, Config):
+        if obj.auth not in ("auto", "password", "none"):
+            raise bad("auth", "one of auto, password, none", obj.auth)
+        if not obj.user_name.strip():
+            raise bad("user_name", "a non-empty name", obj.user_name)
+    elif isinstance(obj, OllamaConfig):
+        if not obj.url.startswith(("http://", "https://")):
+            raise bad("url", "an http:// or https:// URL", obj.url)
+        if obj.timeout_s <= 0 or obj.connect_timeout_s <= 0:
+            raise bad("timeout_s", "a positive number of seconds", obj.timeout_s)
+
+
+def _apply_env(config: Config, env) -> Config:
+    """Apply OLLAMA_HOST / HARVEY_MODEL overrides."""
+    ollama = config.ollama
+    host = env.get("OLLAMA_HOST")
+    if host:
+        url = host if host.startswith(("http://", "https://")) else f"http://{host}"
+        if url.count(":") < 2:  # no port given: Ollama's default
+            url = f"{url}:11434"
+        ollama = dataclasses.replace(ollama, url=url.rstrip("/"))
+    if env.get("HARVEY_MODEL"):
+        ollama = dataclasses.replace(ollama, model=env["HARVEY_MODEL"])
+    return dataclasses.replace(config, ollama=ollama)
+
+
+def _kind(value) -> str:
+    """A plain-words name for a YAML value's type."""
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "a mapping", list: "a list", str: "a string", int: "a number",
+            float: "a number", type(None): "nothing"}.get(type(value), type(value).__name__)

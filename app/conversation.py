@@ -1,0 +1,230 @@
+"""One chat turn, from the user's message to the recorded reply.
+
+``prepare`` decides what a message needs before anything is sent: which model
+(an ``@name`` at the start routes it), the context budget (system prompt,
+history, files), which named files fit and which would overflow (those go to
+the chunked-analysis alert instead of the model). ``finish`` records the reply.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import fountain
+from .budget import Budget, estimate_messages, fit_history, new_budget
+from .ollama import ChatFinal, OllamaError
+from .workspace import Workspace, WorkspaceError, WorkspaceFile
+
+log = logging.getLogger(__name__)
+
+MENTION_AT_START = re.compile(r"^\s*@([\w.:/\-]+)\s*")
+MENTION_ANYWHERE = re.compile(r"(?<![\w@])@([\w.:/\-]*[\w])")
+
+
+class TurnRefused(Exception):
+    """The message cannot be sent; the text says why and what to do."""
+
+    def __init__(self, title: str, detail: str, help: str = ""):
+        super().__init__(detail)
+        self.title, self.detail, self.help = title, detail, help
+
+
+@dataclass
+class FileBlock:
+    file: WorkspaceFile
+    text: str
+    tokens: int
+    note: str = ""
+
+
+@dataclass
+class Prepared:
+    """Everything known about a turn before it is sent."""
+
+    model: str
+    prompt: str                       # the user's words the model sees
+    messages: list[dict]
+    budget: Budget
+    left_out_turns: int = 0
+    notices: list[str] = field(default_factory=list)    # shown in the chat and recorded
+    overflow: list[WorkspaceFile] = field(default_factory=list)
+    overflow_tokens: dict[str, int] = field(default_factory=dict)
+    files: list[FileBlock] = field(default_factory=list)
+
+    @property
+    def estimate(self) -> int:
+        return estimate_messages(self.messages, self.budget.bytes_per_token)
+
+
+def split_model_mention(text: str, installed: list[str]) -> tuple[str | None, str]:
+    """``@name rest`` -> (model, rest) for the terminal Harvey's @mention.
+
+    A bare name matches an installed ``name:tag`` when exactly one does, so
+    ``@llama3.2`` reaches ``llama3.2:3b``.
+    """
+    match = MENTION_AT_START.match(text)
+    if not match:
+        return None, text
+    return resolve_model(match.group(1), installed), text[match.end():]
+
+
+def resolve_model(name: str, installed: list[str]) -> str:
+    """The installed model ``name`` means, or TurnRefused naming the choices."""
+    if name in installed:
+        return name
+    candidates = [m for m in installed if m.split(":")[0] == name or m == f"{name}:latest"]
+    if len(candidates) == 1:
+        return candidates[0]
+    choices = ", ".join(installed) or "none"
+    raise TurnRefused("Unknown model", f"'@{name}' is not an installed model.",
+                      f"Installed models: {choices}. Install it with: ollama pull {name}")
+
+
+def system_prompt(config, workspace: Path) -> str:
+    """The workspace's HARVEY.md when there is one (as the terminal Harvey does)."""
+    harvey_md = workspace / "HARVEY.md"
+    try:
+        text = harvey_md.read_text(encoding="utf-8", errors="replace").strip()
+        if text:
+            return text
+    except OSError:
+        pass
+    return config.system_prompt
+
+
+def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
+    """Past turns as chat messages: every answered turn, oldest first."""
+    history = []
+    for turn in turns:
+        if turn.reply is None or not turn.user_text:
+            continue
+        prompt = MENTION_AT_START.sub("", turn.user_text, count=1) if turn.user_text.startswith("@") else turn.user_text
+        history.append([{"role": "user", "content": prompt},
+                        {"role": "assistant", "content": turn.reply}])
+    return history
+
+
+def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
+    """Budget the turn and build its request, or say why it cannot be sent."""
+    config = svc.config
+    facts = svc.client.show(model)
+    budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    system = system_prompt(config, config.workspace_path)
+    budget.components["message"] = estimate_messages([{"content": text}], budget.bytes_per_token)
+    history, left_out = fit_history(budget, system, history_turns(past))
+    prepared = Prepared(model, text, [], budget, left_out)
+    if left_out:
+        prepared.notices.append(f"{left_out} older turn{'s' if left_out > 1 else ''} left out of this request "
+                                "to fit the context window (they stay in the session).")
+    _add_files(svc, prepared, text)
+    prompt = _with_files(text, prepared.files, prepared)
+    prepared.messages = [{"role": "system", "content": system}, *history, {"role": "user", "content": prompt}]
+    if prepared.estimate > budget.window:
+        raise TurnRefused("Message too long",
+                          f"This message needs about {prepared.estimate} tokens; the model's window is "
+                          f"{budget.window}.", "Shorten it, or name a file instead of pasting it.")
+    return prepared
+
+
+def _add_files(svc, prepared: Prepared, text: str) -> None:
+    """Read the named files that fit; route the ones that would overflow."""
+    from .chunking import read_document
+
+    config = svc.config
+    workspace = Workspace(config.workspace_path)
+    files, problems = workspace.mentions(text)
+    prepared.notices.extend(problems)
+    budget = prepared.budget
+    skipped: list[str] = []
+    for wf in files:
+        tokens = budget.estimate_bytes(wf.size)
+        if config.chunking.enabled and tokens > config.chunking.threshold * budget.remaining:
+            prepared.overflow.append(wf)
+            prepared.overflow_tokens[wf.name] = tokens
+            continue
+        try:
+            doc = read_document(wf.path)
+        except Exception as exc:  # binary, unreadable: say so, keep going
+            prepared.notices.append(f"{wf.name} was not included: {exc}")
+            continue
+        block = FileBlock(wf, doc.text, budget.estimate(doc.text) + 12, getattr(doc, "decode_note", "") or "")
+        if block.note:
+            prepared.notices.append(f"{wf.name}: {block.note}")
+        if budget.reserve("files", block.tokens):
+            prepared.files.append(block)
+        else:
+            skipped.append(wf.name)
+    if skipped:
+        prepared.notices.append(f"{len(skipped)} file{'s' if len(skipped) > 1 else ''} exceeded the context budget "
+                                f"and {'were' if len(skipped) > 1 else 'was'} not included: {', '.join(skipped)}")
+        prepared.overflow_skipped = skipped
+
+
+def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
+    """The user's message with each included file as a clearly delimited block."""
+    parts = [text]
+    for block in blocks:
+        parts.append(f'\n\n<file name="{block.file.name}">\n{block.text}\n</file>')
+    skipped = getattr(prepared, "overflow_skipped", [])
+    if skipped:
+        parts.append(f"\n\n[Note: {len(skipped)} additional file(s) exceeded the context budget and were "
+                     f"not included: {', '.join(skipped)}]")
+    return "".join(parts)
+
+
+ERROR_TEXTS = {
+    "unreachable": ("Ollama is not running",
+                    "Start it (sudo systemctl start ollama) or check ollama.url in harvey.yaml."),
+    "model_not_found": ("Model not installed", "On the Ollama machine, run the `ollama pull` command above."),
+    "timeout": ("The model timed out",
+                "The Pi may be busy or the model too large; try again or pick a smaller model."),
+    "stream_error": ("The model failed mid-reply", "Try again; if it keeps failing, check the Ollama log."),
+    "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
+}
+
+
+def error_view(exc: Exception) -> dict:
+    """Plain words for an error card: what happened and what to do."""
+    if isinstance(exc, TurnRefused):
+        return {"title": exc.title, "detail": exc.detail, "help": exc.help}
+    title, help = ERROR_TEXTS.get(getattr(exc, "kind", ""),
+                                  ("Ollama returned an error", "Try again; check the Ollama log if it repeats."))
+    return {"title": title, "detail": str(exc), "help": help}
+
+
+def match_model(name: str | None, installed: list[str]) -> str | None:
+    """An installed model for a name read from a session file (maybe only a cue)."""
+    if not name or name in installed:
+        return name
+    same_cue = [m for m in installed if fountain.model_cue(m) == fountain.model_cue(name)]
+    return same_cue[0] if len(same_cue) == 1 else name
+
+
+def reply_notes(status: str, error: OllamaError | None) -> list[str]:
+    """Session-file notes for a reply that did not end normally."""
+    if status == "stopped":
+        return ["reply: stopped by the user"]
+    if status == "error" and error is not None:
+        detail = " ".join(str(error).split())
+        return [f"reply: error: {getattr(error, 'kind', 'error')} — {detail}"]
+    return []
+
+
+def finished_turn(base: fountain.Turn, text: str, final: ChatFinal | None, backend: str, model: str,
+                  notes: list[str]) -> fountain.Turn:
+    """The turn with its reply, stats line and notes, ready to record."""
+    stats = None
+    if final is not None:
+        stats = fountain.stats_line(model, backend, final.eval_count or 0, final.prompt_eval_count or 0,
+                                    final.seconds)
+    reply = text if (text or final is not None) else None
+    return fountain.Turn(when=base.when, user_text=base.user_text, model=model, reply=reply, stats=stats,
+                         notes=[*base.notes, *notes])
+
+
+def now() -> datetime:
+    return datetime.now().replace(microsecond=0)

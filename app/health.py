@@ -1,0 +1,27 @@
+"""GET /healthz: is the app up, does Ollama answer, is the model installed."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from . import __version__
+from .ollama import OllamaError
+from .services import services
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz():
+    """Asked fresh on each call, so it recovers by itself when Ollama comes up."""
+    svc = services()
+    model = svc.config.ollama.model
+    body = {"version": __version__, "ollama": {"url": svc.client.url, "up": False},
+            "model": model, "model_installed": False}
+    try:
+        installed = svc.client.list_models()
+        body["ollama"]["up"] = True
+        body["model_installed"] = model in installed
+    except OllamaError as exc:
+        body["ollama"]["error"] = str(exc)
+    return jsonify(body)

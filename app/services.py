@@ -1,0 +1,50 @@
+"""The long-lived parts of the app, made once from the config.
+
+One ``Services`` object per app holds the Ollama client, the session store, the
+calibration, the reply registry and the analysis job runner. Views reach it with
+``services()``; tests build an app around their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flask import current_app
+
+from .budget import Calibration
+from .config import Config
+from .ollama import OllamaClient
+
+
+@dataclass
+class Services:
+    config: Config
+    client: OllamaClient
+    calibration: Calibration
+    store: "SessionStore"
+    replies: "Replies"
+    jobs: "JobRunner | None" = None
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: Config) -> "Services":
+        """Build every service; creates the data folders, reads nothing else."""
+        from .analysis import JobRunner
+        from .replies import Replies
+        from .sessions import SessionStore
+
+        for path in (config.data_path, config.sessions_path, config.workspace_path):
+            path.mkdir(parents=True, exist_ok=True)
+        client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s,
+                              read_timeout=config.ollama.timeout_s, keep_alive=config.ollama.keep_alive)
+        calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
+        store = SessionStore(config.sessions_path, user_name=config.user_name,
+                             workspace=str(config.workspace_path))
+        svc = cls(config=config, client=client, calibration=calibration, store=store, replies=Replies())
+        svc.jobs = JobRunner(svc)
+        return svc
+
+
+def services() -> Services:
+    """The current app's services (inside a request or app context)."""
+    return current_app.extensions["harvey"]

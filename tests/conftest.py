@@ -1,0 +1,124 @@
+"""Shared fixtures: real servers on free loopback ports, fresh data folders.
+
+The app runs under waitress (as `harvey serve` runs it) in a thread of the test
+process, and talks real HTTP to a scripted Ollama-API server; tests talk real
+HTTP to the app with httpx.
+"""
+
+import dataclasses
+import html
+import re
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from scripted_ollama import ScriptedOllama  # noqa: E402
+
+from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
+
+
+@pytest.fixture
+def scripted():
+    with ScriptedOllama() as server:
+        yield server
+
+
+def make_config(tmp_path: Path, ollama_url: str, model: str = "tiny:1b", **overrides) -> Config:
+    """A config whose folders all live under tmp_path."""
+    config = Config(
+        ollama=OllamaConfig(url=ollama_url, model=model, connect_timeout_s=1.0, timeout_s=5.0),
+        workspace=str(tmp_path / "workspace"), sessions_dir=str(tmp_path / "sessions"),
+        data_dir=str(tmp_path / "data"), user_name="tester",
+        server=ServerConfig(host="127.0.0.1", port=0, threads=8), chunking=ChunkingConfig())
+    return dataclasses.replace(config, **overrides)
+
+
+class LiveApp:
+    """The app under waitress on a free port, with an httpx client that holds the CSRF token."""
+
+    def __init__(self, config: Config):
+        from waitress import create_server
+
+        from app import create_app
+
+        self.config = config
+        self.app = create_app(config)
+        self.server = create_server(self.app, host="127.0.0.1", port=0, threads=config.server.threads)
+        self.url = f"http://127.0.0.1:{self.server.effective_port}"
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
+        self.token = ""
+
+    @property
+    def services(self):
+        return self.app.extensions["harvey"]
+
+    def get(self, path, **kw):
+        response = self.http.get(path, **kw)
+        found = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(response.text))
+        if found:
+            self.token = found.group(1)
+        return response
+
+    def post(self, path, **kw):
+        if not self.token:
+            self.get("/")
+        headers = {"X-CSRF-Token": self.token, "HX-Request": "true", **kw.pop("headers", {})}
+        return self.http.post(path, headers=headers, **kw)
+
+    def open_session(self) -> str:
+        """Load the chat page (creates a session) and return the session name."""
+        response = self.get("/")
+        return response.url.path.rsplit("/", 1)[-1]
+
+    def sse(self, path, timeout=10.0, headers=None):
+        """Yield (event, data, id) from an SSE stream until it closes."""
+        with self.http.stream("GET", path, timeout=timeout, headers=headers or {}) as response:
+            assert response.status_code == 200
+            event, data, eid = "message", [], None
+            for line in response.iter_lines():
+                if line == "":
+                    if data or event != "message":
+                        yield event, "\n".join(data), eid
+                    event, data, eid = "message", [], None
+                elif line.startswith(":"):
+                    continue
+                elif line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                elif line.startswith("id:"):
+                    eid = line[3:].strip()
+
+    def close(self):
+        self.http.close()
+        self.services.jobs and getattr(self.services.jobs, "shutdown", lambda: None)()
+        self.server.close()
+
+
+@pytest.fixture
+def live(tmp_path, scripted):
+    app = LiveApp(make_config(tmp_path, scripted.url))
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def make_live(tmp_path):
+    """Start apps with custom configs; all are closed at the end of the test."""
+    apps = []
+
+    def start(config):
+        app = LiveApp(config)
+        apps.append(app)
+        return app
+
+    yield start
+    for app in apps:
+        app.close()

@@ -1,0 +1,281 @@
+"""A scripted Ollama-API server on loopback, for exact and fast tests.
+
+It speaks the parts of Ollama's native API the app uses (``/``, ``/api/version``,
+``/api/tags``, ``/api/ps``, ``/api/show``, streaming ``/api/chat``, ``/api/embed``)
+over real HTTP on a free port. Each test decides the replies (a fixed text, or a
+function of the request), the latency per token, and the faults (404 model, 500,
+an ``{"error"}`` line mid-stream, a dropped connection, a hang). Every request
+is recorded so tests can assert on ``num_ctx``, ``truncate``, message order and
+sizes, and on whether the client closed the stream early.
+
+Run by hand for a demo without any model::
+
+    python tests/scripted_ollama.py --port 11434
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+
+@dataclass
+class Reply:
+    """What the server answers to one chat request."""
+
+    text: str = "Hello from the scripted server."
+    token_delay: float = 0.0          # seconds between pieces
+    piece_size: int = 4               # characters per streamed piece
+    fault: str | None = None          # None | "http_500" | "model_404" | "midstream_error" | "drop" | "hang"
+    fault_after: int = 2              # pieces sent before a mid-stream fault
+    prompt_eval_count: int | None = None   # None: computed from the prompt
+    done_reason: str = "stop"
+
+
+@dataclass
+class Recorded:
+    """One request the server received."""
+
+    method: str
+    path: str
+    body: dict
+    at: float
+    disconnected: bool = False        # the client closed the stream before the end
+    refused: str | None = None        # why the server refused it (e.g. context)
+    finished: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def num_ctx(self) -> int | None:
+        return (self.body.get("options") or {}).get("num_ctx")
+
+    @property
+    def prompt_bytes(self) -> int:
+        return sum(len((m.get("content") or "").encode()) for m in self.body.get("messages", []))
+
+
+def _echo(body: dict) -> Reply:
+    """Default script: say how big the prompt was and echo the last message."""
+    messages = body.get("messages") or [{}]
+    last = messages[-1].get("content", "")
+    return Reply(text=f"You said: {last[:200]}")
+
+
+class ScriptedOllama:
+    """Start with ``with ScriptedOllama() as server:``; ``server.url`` is the base URL."""
+
+    def __init__(self, models: dict[str, int] | None = None, script: Callable[[dict], Reply] | Reply | None = None,
+                 token_ratio: float = 1.0, embed_size: int = 8, host: str = "127.0.0.1", port: int = 0):
+        self.models = dict(models or {"tiny:1b": 8192, "other:7b": 32768})
+        self.script = script or _echo
+        self.token_ratio = token_ratio   # prompt_eval_count = ceil(bytes/4 * ratio)
+        self.embed_size = embed_size
+        self.requests: list[Recorded] = []
+        self.down = False                # answer nothing useful: 503 everywhere
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "ScriptedOllama":
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- helpers for tests ---------------------------------------------------
+
+    def chats(self) -> list[Recorded]:
+        """The chat requests received so far, in order."""
+        with self._lock:
+            return [r for r in self.requests if r.path == "/api/chat"]
+
+    def reply_for(self, body: dict) -> Reply:
+        script = self.script
+        return script if isinstance(script, Reply) else script(body)
+
+    def prompt_tokens(self, body: dict) -> int:
+        """The server's 'true' token count of a prompt: bytes/4 x ratio."""
+        size = sum(len((m.get("content") or "").encode()) for m in body.get("messages", []))
+        return math.ceil(size / 4 * self.token_ratio)
+
+    def _record(self, method: str, path: str, body: dict) -> Recorded:
+        rec = Recorded(method, path, body, time.monotonic())
+        with self._lock:
+            self.requests.append(rec)
+        return rec
+
+
+def _handler_for(server: ScriptedOllama):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+        def _json(self, status: int, obj) -> None:
+            data = json.dumps(obj).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> dict:
+            size = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(size) if size else b""
+            return json.loads(raw or b"{}")
+
+        def do_GET(self):
+            rec = server._record("GET", self.path, {})
+            rec.finished.set()
+            if server.down:
+                return self._json(503, {"error": "down"})
+            if self.path == "/":
+                data = b"Ollama is running"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                return self.wfile.write(data)
+            if self.path == "/api/version":
+                return self._json(200, {"version": "0.33.0-scripted"})
+            if self.path in ("/api/tags", "/api/ps"):
+                models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c}
+                          for n, c in server.models.items()]
+                return self._json(200, {"models": models})
+            self._json(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = self._body()
+            rec = server._record("POST", self.path, body)
+            try:
+                if server.down:
+                    return self._json(503, {"error": "down"})
+                if self.path == "/api/show":
+                    return self._show(body)
+                if self.path == "/api/embed":
+                    return self._embed(body)
+                if self.path == "/api/chat":
+                    return self._chat(body, rec)
+                self._json(404, {"error": "not found"})
+            finally:
+                rec.finished.set()
+
+        def _show(self, body):
+            name = body.get("model")
+            if name not in server.models:
+                return self._json(404, {"error": f"model '{name}' not found"})
+            self._json(200, {
+                "details": {"family": "llama", "parameter_size": "1B"},
+                "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
+            })
+
+        def _embed(self, body):
+            if body.get("model") not in server.models:
+                return self._json(404, {"error": f"model '{body.get('model')}' not found"})
+            texts = body.get("input")
+            texts = [texts] if isinstance(texts, str) else texts
+            vectors = [[(len(t) + i) / 100.0 for i in range(server.embed_size)] for t in texts]
+            self._json(200, {"model": body.get("model"), "embeddings": vectors})
+
+        def _chat(self, body, rec: Recorded):
+            name = body.get("model")
+            if name not in server.models:
+                return self._json(404, {"error": f"model '{name}' not found"})
+            reply = server.reply_for(body)
+            if reply.fault == "model_404":
+                return self._json(404, {"error": f"model '{name}' not found"})
+            if reply.fault == "http_500":
+                return self._json(500, {"error": "llama runner process has terminated"})
+            tokens = reply.prompt_eval_count or server.prompt_tokens(body)
+            num_ctx = (body.get("options") or {}).get("num_ctx") or 4096
+            if tokens > num_ctx and body.get("truncate") is False:
+                rec.refused = "context"
+                return self._json(400, {"error": "the input length exceeds the context length"})
+            if reply.fault == "hang":
+                server._stopping.wait(60)
+                return
+            self._stream(body, reply, rec, min(tokens, num_ctx))
+
+        def _stream(self, body, reply: Reply, rec: Recorded, prompt_tokens: int):
+            """Send the reply piece by piece as NDJSON over chunked encoding."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            started = time.monotonic()
+            pieces = [reply.text[i:i + reply.piece_size] for i in range(0, len(reply.text), reply.piece_size)]
+            try:
+                for n, piece in enumerate(pieces):
+                    if reply.fault in ("midstream_error", "drop") and n == reply.fault_after:
+                        if reply.fault == "drop":
+                            self.wfile.flush()
+                            self.connection.shutdown(2)
+                            self.close_connection = True
+                            return
+                        self._chunk({"error": "an error was encountered while running the model"})
+                        return self._end_chunks()
+                    self._chunk({"model": body["model"], "message": {"role": "assistant", "content": piece},
+                                 "done": False})
+                    if reply.token_delay and server._stopping.wait(reply.token_delay):
+                        return
+                elapsed = int((time.monotonic() - started) * 1e9) or 1
+                self._chunk({"model": body["model"], "message": {"role": "assistant", "content": ""},
+                             "done": True, "done_reason": reply.done_reason,
+                             "total_duration": elapsed + 1000, "load_duration": 1000,
+                             "prompt_eval_count": prompt_tokens, "prompt_eval_duration": 1000,
+                             "eval_count": max(1, len(pieces)), "eval_duration": elapsed})
+                self._end_chunks()
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                rec.disconnected = True
+                self.close_connection = True
+
+        def _chunk(self, obj) -> None:
+            data = (json.dumps(obj) + "\n").encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _end_chunks(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="A scripted Ollama-API server (echoes, slowly).")
+    parser.add_argument("--port", type=int, default=11434)
+    parser.add_argument("--delay", type=float, default=0.05)
+    args = parser.parse_args()
+    server = ScriptedOllama(script=lambda body: Reply(text=_echo(body).text, token_delay=args.delay),
+                            port=args.port)
+    print(f"scripted Ollama on {server.url}", flush=True)
+    server._httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
