@@ -29,6 +29,7 @@ def create_app(config=None, *, services=None):
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_upload_mb * 1024 * 1024 + 64 * 1024
     app.extensions["harvey"] = services or Services.from_config(config)
+    app.extensions["harvey"].extra["app"] = app  # background workers render with it
     security.init_app(app)
     for module in (health, chat, files, analysis, sessions_views):
         app.register_blueprint(module.bp)

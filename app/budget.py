@@ -137,6 +137,7 @@ class Calibration:
         self.path = path
         self.default = default_bpt
         self._samples: dict[str, list[float]] = {}
+        self._speed: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         if path and path.exists():
             self._load()
@@ -171,19 +172,37 @@ class Calibration:
         self._save()
         return None
 
+    def speed(self, model: str) -> tuple[float, float] | None:
+        """(prompt tokens/s, reply tokens/s) measured on this machine, if known."""
+        with self._lock:
+            return self._speed.get(model)
+
+    def observe_speed(self, model: str, final) -> None:
+        """Keep a smoothed reading speed and writing speed from Ollama's durations."""
+        if not (final and final.prompt_eval_count and final.prompt_eval_duration
+                and final.eval_count and final.eval_duration):
+            return
+        now = (final.prompt_eval_count / (final.prompt_eval_duration / 1e9),
+               final.eval_count / (final.eval_duration / 1e9))
+        with self._lock:
+            old = self._speed.get(model)
+            self._speed[model] = now if old is None else tuple(0.7 * o + 0.3 * n for o, n in zip(old, now))
+        self._save()
+
     def _load(self) -> None:
         try:
             data = json.loads(self.path.read_text())
-            self._samples = {k: [float(x) for x in v][-SAMPLES_KEPT:] for k, v in data.items()}
-        except (OSError, ValueError, TypeError, AttributeError):
-            self._samples = {}  # a damaged file only costs the learning
+            self._samples = {k: [float(x) for x in v][-SAMPLES_KEPT:] for k, v in data["bytes_per_token"].items()}
+            self._speed = {k: (float(v[0]), float(v[1])) for k, v in data.get("speed", {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
+            self._samples, self._speed = {}, {}  # a damaged file only costs the learning
 
     def _save(self) -> None:
         """Write atomically: a crash leaves the old file or the new one."""
         if not self.path:
             return
         with self._lock:
-            text = json.dumps(self._samples)
+            text = json.dumps({"bytes_per_token": self._samples, "speed": self._speed})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w") as fh:

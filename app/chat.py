@@ -46,13 +46,14 @@ class TurnView:
     notices: list[str] = field(default_factory=list)
     streaming: bool = False
     alert: object = None
+    analysis: object = None
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
     """Read a recorded turn's notes back into what the page shows."""
     model_name = conversation.match_model(turn.model, list(installed)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
-                    stats=turn.stats or "", harvey_text=turn.harvey or "")
+                    stats=turn.stats or "", harvey_text=turn.harvey or "", analysis=turn.analysis)
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply)
     for note in turn.notes:
@@ -65,6 +66,8 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
             view.partial_kept = bool(turn.reply)
         elif body.startswith("notice:"):
             view.notices.append(body.removeprefix("notice:").strip())
+        elif body.startswith("chunk analysis declined"):
+            view.notices.append("Chunk analysis declined: nothing was sent to the model.")
         elif body.startswith("model switch:"):
             view.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
     return view
@@ -100,7 +103,7 @@ def _load(name: str) -> Session:
         abort(404, description="There is no such session.")
 
 
-def _session_model(session: Session, installed: list[str] | None = None) -> str:
+def session_model(session: Session, installed: list[str] | None = None) -> str:
     """The model of the session's last turn, else the configured default."""
     for turn in reversed(session.turns):
         if turn.model:
@@ -151,7 +154,7 @@ def _recent(limit: int = 8) -> list[dict]:
 def _context(session: Session, **extra) -> dict:
     svc = services()
     models, _problem = _models()
-    model = extra.pop("model", None) or _session_model(session, models)
+    model = extra.pop("model", None) or session_model(session, models)
     return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
             "busy": bool(svc.replies.running(session.name)),
             "max_message_chars": svc.config.server.max_message_kb * 1024,
@@ -211,7 +214,15 @@ def send(name: str):
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     if svc.replies.running(name):
         abort(409, description="A reply is still being generated; wait for it or stop it.")
-    model = request.form.get("model") or _session_model(session)
+    if svc.jobs.busy(name):
+        abort(409, description="A chunk analysis is running in this session; wait for it or cancel it.")
+    pending = svc.jobs.open_for(name)
+    if pending and pending.state == "proposed":
+        svc.jobs.decline(pending)
+        if text.strip().lower() == "no":
+            return Response(turn_fragment(name, pending.turn),
+                            headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
+    model = request.form.get("model") or session_model(session)
     turn = fountain.Turn(when=conversation.now(), user_text=text, model=model, reply=None)
     try:
         installed = svc.client.list_models()
@@ -265,6 +276,7 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
     def on_finish(gen):
         notes = conversation.reply_notes(gen.status, gen.error)
         if gen.final is not None:
+            svc.calibration.observe_speed(prepared.model, gen.final)
             warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final.prompt_eval_count)
             if warning:
                 notes.append(f"notice: {warning}")
@@ -299,17 +311,17 @@ def stream(name: str, turn: int):
             for event in gen.events.follow(len(past)):
                 if event is None or event.name != "final":
                     yield sse_format(event)
-        yield sse_format(Event(0, "final", _final_html(name, turn)))
+        yield sse_format(Event(0, "final", turn_fragment(name, turn)))
         yield sse_format(Event(0, "close", ""))
 
     return Response(stream_with_context(events()), mimetype="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _final_html(name: str, index: int) -> str:
+def turn_fragment(name: str, index: int) -> str:
     """The finished turn as stored, with the send button and status refreshed."""
     session = services().store.load(name)
-    views = _views(session, _session_model(session))
+    views = _views(session, session_model(session))
     if index >= len(views):
         return ""
     return _fragment(session, views[index], views[index].model_name)

@@ -59,6 +59,15 @@ class Recorded:
         return sum(len((m.get("content") or "").encode()) for m in self.body.get("messages", []))
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client hanging up (a cancel, a closed keep-alive) is normal here, not an error."""
+
+    def handle_error(self, request, client_address):
+        import sys
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 def _echo(body: dict) -> Reply:
     """Default script: say how big the prompt was and echo the last message."""
     messages = body.get("messages") or [{}]
@@ -79,7 +88,7 @@ class ScriptedOllama:
         self.down = False                # answer nothing useful: 503 everywhere
         self._stopping = threading.Event()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _handler_for(self))
+        self._httpd = _QuietServer((host, port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
