@@ -181,6 +181,7 @@ class JobRunner:
         self._current_stream: ChatStream | None = None
         self._cancel: set[str] = set()
         self.closed_logs: dict[str, EventLog] = {}
+        self._stopping = False
         for job in self.store.load_all():
             if job.state in ACTIVE:
                 job.state = "interrupted"
@@ -338,7 +339,6 @@ class JobRunner:
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
         if keep and any(r.status == "ok" for r in job.results.values()):
-            job.selected = max(job.results) + 1 if job.results else 0
             self._enqueue(job, synthesize_only=True)
             return
         job.state = "dropped"
@@ -409,11 +409,16 @@ class JobRunner:
                     break
                 self._map_one(job, chunk)
         if job.id in self._cancel:
-            job.state = "choose"
-            self.store.save(job)
-            self._emit_state(job)
-            return
+            return self._to_choice(job)
         self._reduce(job)
+
+    def _to_choice(self, job: Job) -> None:
+        """After a cancel the user chooses; after a shutdown the job stays for Resume."""
+        if self._stopping:
+            return
+        job.state = "choose"
+        self.store.save(job)
+        self._emit_state(job)
 
     def _map_one(self, job: Job, chunk: chunking.Chunk) -> None:
         """Run the instruction on one chunk; retry once; record the result."""
@@ -474,21 +479,18 @@ class JobRunner:
         _, instruction = self._route_quiet(job)
         parts = [self._label(job, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
         missing = [i + 1 for i in range(job.total) if job.results.get(i) is None or job.results[i].status != "ok"]
-        note = f"\nChunks with no answer (failed or not run): {', '.join(map(str, missing))}." if missing else ""
+        note = f"\nChunks with no answer (failed or not run): {_ranges(missing)}." if missing else ""
         try:
             answer = self._combine(job, instruction, parts, note)
         except OllamaError as exc:
             if job.id in self._cancel:
-                job.state = "choose"
-                self.store.save(job)
-                self._emit_state(job)
-                return
+                return self._to_choice(job)
             job.state, job.message = "failed", f"The synthesis failed: {exc}"
             self.store.save(job)
             self._record(job, answer=None, synthesis=f"error: {' '.join(str(exc).split())}")
             return
         if missing:
-            answer += f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} " \
+            answer += f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {_ranges(missing)} of {job.total} " \
                       "had no answer, so this synthesis does not cover them._"
         job.state, job.finished = "done", time.time()
         self.store.save(job)
@@ -612,14 +614,26 @@ class JobRunner:
             self.closed_logs[job.id] = events
 
     def shutdown(self) -> None:
-        """Stop the request in flight (tests and server shutdown)."""
+        """Stop the request in flight; the job stays 'running' on disk, so a restart offers Resume."""
         with self._lock:
+            self._stopping = True
             for job in self.jobs.values():
                 if job.state in ACTIVE:
                     self._cancel.add(job.id)
             stream = self._current_stream
         if stream is not None:
             stream.cancel()
+
+
+def _ranges(numbers: list[int]) -> str:
+    """1, 2, 3, 5 -> '1-3, 5': short even when most chunks were not run."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 # -- views ---------------------------------------------------------------------------------
@@ -700,6 +714,10 @@ def events(name: str, job_id: str):
     after = last_event_id(request.headers, request.args)
 
     def stream():
+        if job.state not in ACTIVE and not log_.closed:
+            yield sse_format(Event(log_.last_id, "state", _turn_html(job)))   # nothing running to follow
+            yield sse_format(Event(log_.last_id, "close", ""))
+            return
         for event in log_.follow(after):
             if event is not None and event.name == "state":
                 yield sse_format(Event(event.id, "state", _turn_html(job)))

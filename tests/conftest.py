@@ -50,7 +50,8 @@ class LiveApp:
         self.app = create_app(config)
         self.server = create_server(self.app, host="127.0.0.1", port=0, threads=config.server.threads)
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.closing = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
         self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
         self.token = ""
@@ -96,10 +97,24 @@ class LiveApp:
                 elif line.startswith("id:"):
                     eid = line[3:].strip()
 
+    def _serve(self):
+        try:
+            self.server.run()
+        except (OSError, ValueError):
+            if not self.closing:
+                raise
+
     def close(self):
+        """Stop like a process that exits: close every channel, then the workers."""
+        if self.closing:
+            return
+        self.closing = True
         self.http.close()
-        self.services.jobs and getattr(self.services.jobs, "shutdown", lambda: None)()
-        self.server.close()
+        self.services.jobs.shutdown()
+        for channel in list(self.server._map.values()):
+            channel.handle_close()
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
+        self.thread.join(2)
 
 
 @pytest.fixture

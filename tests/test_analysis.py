@@ -2,6 +2,7 @@
 
 import dataclasses
 import re
+from html import unescape
 import threading
 import time
 from pathlib import Path
@@ -99,6 +100,7 @@ def test_no_returns_to_the_conversation_and_sends_nothing(setup):
 
 def test_full_run_records_the_scene_and_the_answer(setup):
     live, scripted, _ = setup
+    scripted.script = slow_maps(0.01)
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     job = live.services.jobs.open_for(name)
@@ -136,3 +138,250 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     history = scripted.chats()[-1].body["messages"]
     assert history[1]["content"] == "Summarize big.md" and history[2]["content"].startswith("SYNTHESIZED")
     assert all(PARAGRAPH not in m["content"] for m in history)
+
+
+def start_job(live, name, instruction, **form):
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    html = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": instruction, **form}).text
+    return job, unescape(html)
+
+
+def test_at_model_routes_every_map_and_synthesis_call(setup):
+    live, scripted, _ = setup
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize each part. @other:7b")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done"
+    chats = scripted.chats()
+    assert chats and {c.body["model"] for c in chats} == {"other:7b"}
+    assert all("@other" not in c.body["messages"][-1]["content"] for c in chats)
+    assert "model=OTHER" in session_text(live, name)
+
+
+def test_unknown_model_is_reported_on_the_card_before_anything_starts(setup):
+    live, scripted, _ = setup
+    name = live.open_session()
+    job, html = start_job(live, name, "Summarize. @nosuch")
+    assert "'@nosuch' is not an installed model" in html and "Start analysis" in html
+    assert job.state == "proposed" and scripted.chats() == []
+
+
+def test_more_chunks_than_the_limit_needs_an_explicit_choice(tmp_path, scripted, make_live):
+    scripted.script = map_or_reduce
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=5))
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
+    job = live.services.jobs.open_for(name)
+    assert f"{job.chunks} chunks; the limit is 5: {job.chunks - 5} would be left out." in fragment
+    html = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."}).text
+    assert "Choose whether to analyse all" in html and scripted.chats() == []
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "first"})
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done" and len(scripted.chats()) == 5 + 1
+    assert "chunks=5," in session_text(live, name)
+
+
+def slow_maps(delay):
+    def script(body):
+        reply = map_or_reduce(body)
+        reply.token_delay = delay
+        return reply
+    return script
+
+
+def test_progress_arrives_while_running_and_replays_after_reconnect(setup):
+    live, scripted, _ = setup
+    scripted.script = slow_maps(0.02)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    seen = []
+    for event, data, eid in live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30):
+        seen.append((event, eid, job.done_count))
+        if event == "partial" and len([s for s in seen if s[0] == "partial"]) == 2:
+            break                              # the phone went to sleep
+    assert seen[-1][2] < job.chunks            # events came while the run was going
+    last_id = seen[-1][1]
+    replay = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30,
+                           headers={"Last-Event-ID": last_id}))
+    ids = [int(eid) for e, _, eid in replay if eid and e != "close"]
+    assert ids and ids[0] == int(last_id) + 1 and ids == sorted(ids)
+    partials = [d for e, d, _ in replay if e == "partial"]
+    assert len(partials) == job.chunks - 2     # exactly what was missed, nothing twice
+    assert job.state == "done"
+
+
+def test_cancel_closes_the_request_in_flight_then_synthesize_or_drop(setup):
+    live, scripted, _ = setup
+
+    def long_maps(body):
+        reply = map_or_reduce(body)
+        if "Partial answer" in reply.text:
+            reply.text, reply.piece_size, reply.token_delay = reply.text + " more" * 100, 5, 0.01
+        return reply
+
+    scripted.script = long_maps
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    deadline = time.monotonic() + 10
+    while job.done_count < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)                                           # well inside the third chunk's request
+    requests_before = len(scripted.chats())
+    cancelled_at = time.monotonic()
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_state(live, job, ("choose",), timeout=2)
+    assert time.monotonic() - cancelled_at < 1.0
+    in_flight = scripted.chats()[-1]
+    assert in_flight.finished.wait(2) and in_flight.disconnected
+    time.sleep(0.3)
+    assert len(scripted.chats()) == requests_before           # no new chunk started
+    html = live.get(f"/s/{name}").text
+    assert "Synthesize the partial answers" in html and "Drop them" in html
+    done = job.done_count
+    html = live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "yes"}).text
+    wait_state(live, job, ("done",), timeout=10)
+    synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
+    assert synthesis.count("[Chunk ") == done and "no answer" in synthesis
+    text = session_text(live, name)
+    assert "— cancelled]]" in text and "synthesis: model=TINY — ok" in text
+
+
+def test_drop_after_cancel_records_a_cancelled_scene_and_no_answer(setup):
+    live, scripted, _ = setup
+    scripted.script = slow_maps(0.05)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    while job.done_count < 1:
+        time.sleep(0.01)
+    live.post(f"/s/{name}/analysis/{job.id}/cancel")
+    wait_state(live, job, ("choose",))
+    live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "no"})
+    assert job.state == "dropped"
+    turns = fountain.turns(fountain.loads(session_text(live, name)))
+    assert turns[0].reply is None and turns[0].analysis.synthesis == "cancelled"
+
+
+def test_failing_chunk_is_retried_once_then_recorded_and_the_run_completes(setup):
+    live, scripted, _ = setup
+    attempts = {}
+
+    def script(body):
+        prompt = body["messages"][-1]["content"]
+        found = re.search(r"\nChunk (\d+) of \d+:\n", prompt)
+        if found and found.group(1) in ("2", "3"):
+            attempts[found.group(1)] = attempts.get(found.group(1), 0) + 1
+            if found.group(1) == "2" or attempts["3"] == 1:
+                return Reply(text="broken", fault="http_500")      # 2 always fails; 3 fails once
+        return map_or_reduce(body)
+
+    scripted.script = script
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done"
+    assert attempts == {"2": 2, "3": 2}
+    assert job.results[1].status == "error" and job.results[2].status == "ok"
+    synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
+    assert "Chunks with no answer (failed or not run): 2." in synthesis
+    text = session_text(live, name)
+    assert f"chunk-result: 2/{job.chunks} — error:" in text
+    assert "had no answer" in fountain.turns(fountain.loads(text))[0].reply
+
+
+def test_hierarchical_reduce_when_partials_overflow_and_every_request_fits(tmp_path, scripted, make_live):
+    def verbose(body):
+        prompt = body["messages"][-1]["content"]
+        found = re.search(r"\nChunk (\d+) of \d+:\n", prompt)
+        if found:
+            return Reply(text=f"Chunk {found.group(1)} findings: " + "detail " * 250, piece_size=400)
+        if "[Combined answer" in prompt:
+            return Reply(text="FINAL ANSWER")
+        return Reply(text="combined batch: " + "x " * 100, piece_size=400)
+
+    scripted.script = verbose
+    scripted.models["tiny:1b"] = 4096
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, chunk_size_tokens=1000))
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.", scope="all")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=60))
+    assert job.state == "done"
+    chats = scripted.chats()
+    reduces = [c for c in chats if not re.search(r"\nChunk \d+ of \d+:\n", c.body["messages"][-1]["content"])]
+    assert len(reduces) >= 3                       # batches, then the final combination
+    assert all(c.refused is None for c in chats)
+    for c in chats:
+        assert c.num_ctx == 4096
+        assert scripted.prompt_tokens(c.body) + c.body["options"]["num_predict"] <= c.num_ctx
+    assert fountain.turns(fountain.loads(session_text(live, name)))[0].reply == "FINAL ANSWER"
+
+
+def test_restart_mid_run_resumes_without_repeating_finished_chunks(tmp_path, scripted, make_live):
+    scripted.script = slow_maps(0.03)
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    first = make_live(config)
+    name = first.open_session()
+    job, _ = start_job(first, name, "Summarize.")
+    while job.done_count < 3:
+        time.sleep(0.01)
+    first.close()                                   # the server goes away mid-run
+    wait_state(first, job, ("choose", "running", "cancelling", "synthesizing"), timeout=2)
+    finished = {i for i, r in job.results.items() if r.status == "ok"}
+    second = make_live(config)
+    resumed = second.services.jobs.get(job.id)
+    assert resumed.state == "interrupted" and set(resumed.results) >= finished
+    page = second.get(f"/s/{name}").text
+    assert "was interrupted" in page and "Resume from chunk" in page
+    before = len(scripted.chats())
+    second.post(f"/s/{name}/analysis/{job.id}/resume")
+    list(second.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert resumed.state == "done"
+    redone = [int(m.group(1)) - 1 for c in scripted.chats()[before:]
+              if (m := re.search(r"\nChunk (\d+) of \d+:\n", c.body["messages"][-1]["content"]))]
+    assert not set(redone) & set(resumed.results.keys()) - set(redone)
+    assert not set(redone) & finished
+    assert sorted(redone + sorted(finished)) == list(range(resumed.chunks))
+
+
+def test_resume_refuses_a_changed_file(tmp_path, scripted, make_live):
+    scripted.script = slow_maps(0.03)
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    big = Path(config.workspace) / "big.md"
+    big.write_text(big_markdown())
+    first = make_live(config)
+    name = first.open_session()
+    job, _ = start_job(first, name, "Summarize.")
+    while job.done_count < 2:
+        time.sleep(0.01)
+    first.close()
+    big.write_text(big_markdown() + "\nA new paragraph.\n")
+    second = make_live(config)
+    html = second.post(f"/s/{name}/analysis/{job.id}/resume").text
+    assert "has changed since the analysis started" in html
+    assert second.services.jobs.get(job.id).state == "interrupted"
+
+
+def test_direct_analysis_from_the_file_list(setup):
+    live, scripted, _ = setup
+    name = live.open_session()
+    page = live.get(f"/files/?session={name}").text
+    assert "big.md" in page and "Analyse in chunks" in page
+    response = live.post(f"/s/{name}/analysis/direct", data={"file": "small.md"})
+    assert response.status_code == 200 and "Chunk analysis of small.md" in response.text
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "List the topics."})
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done" and job.chunks == 1
+    refused = live.post(f"/s/{name}/analysis/direct", data={"file": "../etc/passwd"})
+    assert refused.status_code == 400 and "outside the workspace" in refused.text

@@ -1,0 +1,830 @@
+r"""Harvey session files (``.spmd``): Fountain screenplay text <-> data.
+
+Every chat session is a Fountain screenplay laid out exactly as the terminal
+Harvey (rsdoiel/harvey, ``recorder.go``) writes it, so a session can move
+between the two programs and screenplay tools can open it.  This module is
+pure text <-> data; the ``sessions`` module does the (atomic) file writes.
+
+The file
+========
+::
+
+    Title: Harvey Session                  <- title page: "Key: value", in order,
+    Credit: Recorded by Harvey                no blank lines between keys
+    Author: RSDOIEL
+    Date: 2026-06-27 10:04:00
+    Draft date: 2026-06-27
+    Model: LLAMA3.1 (ollama)
+    Backend: ollama
+                                           <- two blank lines
+    FADE IN:
+                                           <- (two blank lines before every heading)
+    INT. HARVEY AND RSDOIEL TALKING 2026-06-27 10:04:00
+
+    Harvey and RSDOIEL are in chat mode. Model: LLAMA3.1. Workspace: /home/pi.
+
+    RSDOIEL                                <- the user's message
+    What is 2+2?
+
+    HARVEY
+    Forwarding to LLAMA3.1.
+
+    @LLAMA3.1                              <- the reply; "@" forces a cue that a
+    4                                         tool would not take as one by itself
+
+    ollama (llama3.1:8b) · 312 reply + 1840 ctx · 18.437s · 16.9 tok/s
+
+    >THE END.<
+
+Every element is followed by one blank line.  Notes ``[[...]]`` record events
+without content: ``[[model switch: NAME (BACKEND) at TS]]`` is written before
+the user's message of the first turn on the new model (Harvey writes it after
+the last turn on the old one; the reader accepts both), other notes (how a
+reply was stopped or failed) after the reply.  The file ends with centred
+``>THE END.<`` (see ``END_MARKER``).  A chunk analysis (design seed 000) is its
+own scene, ``INT. CHUNK ANALYSIS — FILE TS``, between the TALKING scene where
+HARVEY reported the overflow and a TALKING scene with no user line that
+carries the synthesized answer.
+
+The reader (:func:`loads`) also takes what the terminal Harvey writes: plain
+``THE END.``, ``TALKING — TS`` headings (seconds optional), a bare
+``Model: X`` action, no ``Forwarding to`` line, several exchanges in one
+scene, replies cut into paragraphs at their blank lines (:func:`turns` joins
+them again), CRLF line ends, a BOM, and a file torn by a crash (no end marker,
+a half-written last line, a cue whose text never came).  Scenes it does not
+know (EXT route scenes, AGENT MODE, SHELL, SKILL ...) are kept as scenes.
+
+Escaping of dialogue and action text
+====================================
+Fountain gives meaning to line shapes, so raw text changes meaning when read
+back (a blank line ends a dialogue, ``# x`` is a section, ``/*`` hides the
+rest of the file).  Text is written line by line and only lines that need it
+change, so ordinary replies stay readable and screenplay tools still show them
+as the character's dialogue:
+
+1. An empty line inside a text is written as two spaces, Fountain's way to
+   keep a dialogue going across a paragraph break.  An empty *first* line is
+   written as a lone ``\`` instead: a cue followed by a blank-looking line is
+   no cue.
+2. A line a Fountain parser could take as structure gets one leading ``\``:
+   its stripped form is empty, starts with ``! @ # ~ = >`` or with ``.`` (not
+   ``..``), is a ``(parenthetical)`` or ``*/``, or starts like an uppercase
+   scene heading (``INT``/``EXT``/``EST``/``I/E`` + ``.``, space or ``/``).
+   The *first* line of a text also gets it when it looks like a cue or a
+   transition (letters, none lowercase: ``WARNING``, ``CUT TO:``) or like a
+   scene heading in any case (``int main``), because there fountain-py would
+   refuse the cue above it.  The reader removes one ``\`` when, and only
+   when, what follows the line's leading backslashes looks like structure
+   (any of the above, first-line cases included); so a written line that
+   already starts that way gets one more backslash.
+3. Inside a line, ``/*`` is written ``/\*`` and ``[[`` is written ``[\[``,
+   so a reply never opens a boneyard or a note; backslashes already between
+   the two characters get one more (``/\*`` -> ``/\\*``).  Fountain tools
+   show ``\*`` as ``*``.
+4. A carriage return (CRLF or a lone CR in a text) is written as ``␍``
+   (U+240D); backslashes right before a ``␍`` or CR are doubled and a literal
+   ``␍`` gets one more, as in C string escapes.
+
+Each rule is a bijection on its own pattern and the patterns do not overlap,
+so any ``str`` reads back exactly (the tests check it with hypothesis).  The
+reader decodes Harvey's unescaped files too; that changes only lines that
+happen to contain these escape shapes (``/\*``, ``[\[``, ``␍``, or a
+backslash before Fountain syntax), which Harvey's text practically never does.
+Headings, notes and title-page values are one-line metadata: line breaks
+become spaces and ``/*``, ``[[``, ``]]`` are spaced apart, when written and
+when read.
+
+API
+===
+Data: :class:`Element`, :class:`Scene`, :class:`Screenplay`.
+Text: :func:`dumps`, :func:`loads`, :func:`read_file`.
+Chat: :class:`Turn`, :func:`turns`, :func:`chat_scene`, :func:`turn_scenes`,
+:func:`model_cue`, :func:`stats_line`, :func:`new_title_page`,
+:func:`model_switch_note`.
+Chunk analysis: :class:`ChunkAnalysis`, :func:`chunk_scene`,
+:func:`read_chunk_scene`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+__all__ = [
+    "Element",
+    "Scene",
+    "Screenplay",
+    "Turn",
+    "ChunkAnalysis",
+    "dumps",
+    "loads",
+    "read_file",
+    "turns",
+    "chat_scene",
+    "turn_scenes",
+    "chunk_scene",
+    "read_chunk_scene",
+    "model_cue",
+    "stats_line",
+    "new_title_page",
+    "model_switch_note",
+]
+
+TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+HARVEY = "HARVEY"
+# fountain-py reports Harvey's plain "THE END." as a character cue without
+# dialogue; centred text is the Fountain way and every tool shows it.  Harvey
+# only ever reads TALKING scenes' dialogue and never appends to an old file,
+# so the centred form costs it nothing.  The reader accepts both.
+END_MARKER = ">THE END.<"
+CHUNK_DONE = "Chunk analysis complete. Synthesized result injected into conversation."
+
+
+# --------------------------------------------------------------------- data
+
+
+@dataclass
+class Element:
+    """One element inside a scene.
+
+    ``kind`` is "action", "dialogue" or "note".  ``text`` is the exact text
+    (unescaped); for a note, the text between ``[[`` and ``]]``.  ``character``
+    is the cue of a dialogue without any ``@``.
+    """
+
+    kind: str
+    text: str
+    character: str = ""
+
+
+@dataclass
+class Scene:
+    """A scene heading and its elements; heading "" holds text before the first heading."""
+
+    heading: str
+    elements: list[Element] = field(default_factory=list)
+
+
+@dataclass
+class Screenplay:
+    """A whole session file: ordered title page and scenes."""
+
+    title_page: dict[str, str] = field(default_factory=dict)
+    scenes: list[Scene] = field(default_factory=list)
+
+
+@dataclass
+class ChunkAnalysis:
+    """One chunked analysis of a file that overflowed the context (seed 000).
+
+    ``results`` holds one status per chunk in order: "ok", "error: msg" or
+    "cancelled".  ``synthesis`` is the same for the reduce step, None while it
+    has not run.
+    """
+
+    file: str
+    chunks: int
+    model: str
+    boundary: str
+    chunk_size: int
+    instruction: str
+    when: datetime | None = None
+    results: list[str] = field(default_factory=list)
+    synthesis: str | None = None
+
+
+@dataclass
+class Turn:
+    """One chat exchange as the web app shows it.
+
+    ``user_text`` None: the scene had no user line (a continuation that
+    :func:`turns` attaches to the turn before).  ``model``: the exact name when
+    a stats line records it, else the cue.  ``reply`` None: no model reply is
+    recorded (pending, crashed, or HARVEY answered itself).  ``harvey``: what
+    HARVEY said itself (overflow alert, error card), never the "Forwarding to"
+    line.  ``notes``: the scene's ``[[...]]`` notes (stopped, error, model
+    switch).  ``analysis``: the chunk analysis between message and reply.
+    """
+
+    when: datetime | None
+    user_text: str | None
+    model: str | None = None
+    reply: str | None = None
+    stats: str | None = None
+    notes: list[str] = field(default_factory=list)
+    harvey: str | None = None
+    analysis: ChunkAnalysis | None = None
+
+
+# ------------------------------------------------------------ line escaping
+
+_CR_SYMBOL = "\u240d"  # ␍ SYMBOL FOR CARRIAGE RETURN
+_SCENE_START = re.compile(r"(?:int|ext|est|i/e)[\s./]", re.IGNORECASE)
+_SCENE_START_UPPER = re.compile(r"(?:INT|EXT|EST|I/E)[\s./]")
+_SLASH_STAR = re.compile(r"/(\\*)(?=\*)")
+_SLASH_STAR_ESC = re.compile(r"/\\(\\*)(?=\*)")
+_DOUBLE_BRACKET = re.compile(r"\[(\\*)(?=\[)")
+_DOUBLE_BRACKET_ESC = re.compile(r"\[\\(\\*)(?=\[)")
+_CARRIAGE = re.compile(r"(\\*)([\r\u240d])")
+_CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
+
+
+def _cue_like(t: str) -> bool:
+    """True for a line a parser could take as a cue or transition: letters, none lowercase."""
+    head = t.split("(", 1)[0]
+    return head != head.lower() and head == head.upper()
+
+
+def _structural(line: str, broad: bool) -> bool:
+    """Whether a Fountain parser could read this text line as something else.
+
+    ``broad`` adds what only matters on a text's first line, where fountain-py
+    looks for a reason to refuse the cue above: cue-like lines and lowercase
+    scene headings (C's ``int main(void)`` stays readable further down).  The
+    reader always uses the broad set.  The checks use the stripped line
+    because fountain-py strips before it classifies.  A leading backslash is
+    never structural, which keeps the one-backslash prefix rule unambiguous.
+    """
+    t = line.strip()
+    if not t:
+        return True
+    c = t[0]
+    if c == "\\":
+        return False
+    if c in "!@#~=>":
+        return True
+    if c == ".":
+        return t[1:2] != "."
+    if (c == "(" and t[-1] == ")") or t == "*/" or _SCENE_START_UPPER.match(t):
+        return True
+    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
+
+
+def _escape_inline(s: str) -> str:
+    """Break ``/*`` and ``[[`` and hide CR, reversibly (rules 3 and 4)."""
+    if "/" in s:
+        s = _SLASH_STAR.sub(lambda m: "/\\" + m[1], s)
+    if "[" in s:
+        s = _DOUBLE_BRACKET.sub(lambda m: "[\\" + m[1], s)
+    if "\r" in s or _CR_SYMBOL in s:
+        s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] == _CR_SYMBOL)) + _CR_SYMBOL, s)
+    return s
+
+
+def _cr_back(m: re.Match[str]) -> str:
+    n = len(m[1])
+    return "\\" * (n // 2) + (_CR_SYMBOL if n % 2 else "\r")
+
+
+def _unescape_inline(s: str) -> str:
+    """Undo :func:`_escape_inline`; each rule owns the backslash run it touches."""
+    if "/\\" in s:
+        s = _SLASH_STAR_ESC.sub(lambda m: "/" + m[1], s)
+    if "[\\" in s:
+        s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
+    if _CR_SYMBOL in s:
+        s = _CARRIAGE_ESC.sub(_cr_back, s)
+    return s
+
+
+def _encode_line(line: str, first: bool) -> str:
+    """Write one text line so that it stays text (rules 1 and 2)."""
+    if not line and not first:
+        return "  "
+    e = _escape_inline(line)
+    core = e.lstrip("\\")
+    # A line already starting with "\" must keep its backslashes whenever the
+    # reader would otherwise take one of them for our prefix.
+    if _structural(core, broad=first or core != e):
+        return "\\" + e
+    return e
+
+
+def _decode_line(e: str) -> str:
+    """Read one written text line back (context-free, so any position decodes alike)."""
+    if not e.strip():
+        return ""
+    if e[0] == "\\" and _structural(e.lstrip("\\"), broad=True):
+        e = e[1:]
+    return _unescape_inline(e)
+
+
+def _encode_text(text: str) -> list[str]:
+    return [_encode_line(line, i == 0) for i, line in enumerate(text.split("\n"))]
+
+
+def _decode_text(lines: list[str]) -> str:
+    return "\n".join(_decode_line(line) for line in lines)
+
+
+def _one_line(text: str) -> str:
+    """Flatten metadata (heading, note, title value) to one safe line."""
+    s = " ".join(text.split())
+    for pair, spaced in (("/*", "/ *"), ("[[", "[ ["), ("]]", "] ]")):
+        while pair in s:
+            s = s.replace(pair, spaced)
+    return s
+
+
+# ------------------------------------------------------------------- cues
+
+_NATURAL_CUE = re.compile(r"[A-Z][A-Z._\-]*(?: [A-Z._\-]+)*")
+
+
+def _cue_line(character: str) -> str:
+    """The cue as written: natural when fountain-py and jouvence both take it, else "@"."""
+    name = " ".join(character.split())
+    if not name:
+        raise ValueError("a dialogue needs a character")
+    natural = (
+        len(name) > 1
+        and _NATURAL_CUE.fullmatch(name)
+        and not _SCENE_START.match(name)
+        and name not in ("FADE IN", "THE END", "THE END.")
+    )
+    return name if natural else "@" + name
+
+
+def _cue_name(line: str) -> str | None:
+    """The character of a cue line, or None when the line is not a cue."""
+    t = line.strip()
+    if t.startswith("@"):
+        return t[1:].strip() or None
+    if t and t[0].isalnum() and _cue_like(t) and not _SCENE_START.match(t) and not t.endswith(":"):
+        return t
+    return None
+
+
+def _user_cue(user_name: str) -> str:
+    """The user's cue as Harvey makes it from $USER: uppercase, "OPERATOR" when empty."""
+    return " ".join(user_name.split()).upper() or "OPERATOR"
+
+
+def model_cue(model_name: str) -> str:
+    """Harvey's cue for a model: no namespace, no tag, uppercase ("me/apertus:latest" -> "APERTUS").
+
+    Mirrors Harvey's extractModelName so both programs name the same character.
+    """
+    name = model_name
+    if "(" in name:
+        name = name[name.index("(") + 1 :].strip().removesuffix(")")
+    name = name.split(":", 1)[0]
+    name = name.rsplit("/", 1)[-1]
+    return " ".join(name.split()).upper() or "MODEL"
+
+
+# ------------------------------------------------------------------ writer
+
+
+def _element_lines(el: Element) -> list[str]:
+    if el.kind == "note":
+        return ["[[" + _note_text(el.text) + "]]"]
+    if el.kind == "dialogue":
+        return [_cue_line(el.character), *_encode_text(el.text)]
+    if el.kind == "action":
+        return _encode_text(el.text)
+    raise ValueError(f"unknown element kind {el.kind!r}")
+
+
+def _note_text(text: str) -> str:
+    s = _one_line(text)
+    # A "]" right before the closing "]]" would close the note one early.
+    return s + " " if s.endswith("]") else s
+
+
+def dumps(play: Screenplay) -> str:
+    """The whole file, in Harvey's byte layout (see the module docstring)."""
+    out: list[str] = []
+    if play.title_page:
+        out += [f"{_one_line(k).replace(':', '')}: {_one_line(v)}\n" for k, v in play.title_page.items()]
+        out.append("\n\n")
+    out.append("FADE IN:\n")
+    for scene in play.scenes:
+        out.append(f"\n\n{_one_line(scene.heading)}\n\n" if scene.heading else "\n")
+        out += ["\n".join(_element_lines(el)) + "\n\n" for el in scene.elements]
+    out.append(f"\n{END_MARKER}\n")
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ reader
+
+_TITLE_KEY = re.compile(r"([A-Za-z][\w \-]*):(.*)")
+_HEADING = re.compile(r"(?:\.(?!\.)\S|(?:int|ext|est|i/e)[\s./])", re.IGNORECASE)
+_END = re.compile(r">?\s*THE END\.?\s*<?")
+_NOTES_ONLY = re.compile(r"\s*(?:\[\[.*?\]\]\s*)+", re.DOTALL)
+_NOTE = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
+
+
+def loads(text: str) -> Screenplay:
+    """Read any Harvey-style file; never raises on odd, foreign or torn input."""
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    title, start = _read_title_page(lines)
+    play = Screenplay(title_page=title)
+    blocks = list(_blocks(lines, start))
+    if blocks:
+        _repair_tail(blocks, torn=not text.endswith("\n"))
+    for block in blocks:
+        _add_block(play, block)
+    return play
+
+
+def read_file(path: str | Path) -> Screenplay:
+    """Read a session file; bytes torn mid-character by a crash become U+FFFD."""
+    return loads(Path(path).read_bytes().decode("utf-8", errors="replace"))
+
+
+def _read_title_page(lines: list[str]) -> tuple[dict[str, str], int]:
+    """Title page keys up to the first blank line, and where the body starts."""
+    title: dict[str, str] = {}
+    first = lines[0].strip() if lines else ""
+    if not _TITLE_KEY.fullmatch(first) or first.upper() == "FADE IN:" or _HEADING.match(first):
+        return title, 0
+    key = ""
+    for i, line in enumerate(lines):
+        if not line.strip():
+            return title, i
+        m = _TITLE_KEY.fullmatch(line)
+        if m and not line[0].isspace():
+            key = m[1].strip()
+            title[key] = _one_line(m[2])
+        elif key and line[0].isspace():  # Fountain continues a value on indented lines
+            title[key] = _one_line(title[key] + " " + line)
+    return title, len(lines)
+
+
+def _blocks(lines: list[str], start: int):
+    """Paragraphs between empty lines; a two-space line does not end one."""
+    block: list[str] = []
+    for line in lines[start:]:
+        if line:
+            block.append(line)
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _repair_tail(blocks: list[list[str]], torn: bool) -> None:
+    """Undo what a crash while appending leaves behind, in place.
+
+    Both writers end every write with a newline, so a file without one has a
+    torn last line.  Half a dialogue line is still the message, so it stays;
+    half an action (a stats or state line) means nothing and goes.  A cue
+    whose text never arrived and a note never closed go too.
+    """
+    last = blocks[-1]
+    if len(last) == 1 and _END.fullmatch(last[0].strip()):
+        return
+    if torn and not _is_dialogue_block(last):
+        last.pop()
+    lone_cue = len(last) == 1 and _cue_name(last[0]) is not None
+    open_note = bool(last) and last[0].lstrip().startswith("[[") and "]]" not in "\n".join(last)
+    if not last or lone_cue or open_note:
+        blocks.pop()
+
+
+def _is_dialogue_block(block: list[str]) -> bool:
+    return len(block) > 1 and _cue_name(block[0]) is not None
+
+
+def _add_block(play: Screenplay, block: list[str]) -> None:
+    """Classify one paragraph and append it to the play."""
+    first = block[0].strip()
+    if len(block) == 1 and _HEADING.match(first):
+        play.scenes.append(Scene(heading=_one_line(first)))
+        return
+    if len(block) == 1 and (_END.fullmatch(first) or (first == "FADE IN:" and not play.scenes)):
+        return
+    if not play.scenes:
+        play.scenes.append(Scene(heading=""))
+    play.scenes[-1].elements += _block_elements(block)
+
+
+def _block_elements(block: list[str]) -> list[Element]:
+    joined = "\n".join(block).strip()
+    if joined.startswith("[[") and joined.endswith("]]") and _NOTES_ONLY.fullmatch(joined):
+        return [Element("note", _one_line(m[1])) for m in _NOTE.finditer(joined)]
+    if _is_dialogue_block(block):
+        return [Element("dialogue", _decode_text(block[1:]), _cue_name(block[0]) or "")]
+    return [Element("action", _decode_text(block))]
+
+
+# ------------------------------------------------------------ chat helpers
+
+_TALKING = re.compile(r"int\.?\s+harvey and (?P<user>.+?) talking\b(?P<rest>.*)", re.IGNORECASE)
+_CHUNK_HEADING = re.compile(r"int\.?\s+chunk analysis\b\s*[—–-]*\s*(?P<rest>.*)", re.IGNORECASE)
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{1,2}:\d{2}(?::\d{2})?))?\s*$")
+_FORWARD = re.compile(r"Forwarding to (?P<model>.+?)\.?")
+_STATS = re.compile(
+    r"(?:(?P<models>.+?) · )?(?:\d+ reply \+ \d+ ctx|\d+ prompt \+ \d+ reply tokens) · \S+ · [\d.]+ tok/s"
+)
+_STATS_SHORT = re.compile(r"(?P<models>.+) · \d[\dhmsµun.]*s")
+_ROUTING = re.compile(r"Routing to \S")
+_STATE_ACTION = re.compile(r"Harvey and .+ are in chat mode\..*|Model: .*")
+
+
+def _timestamp(text: str) -> datetime | None:
+    """The date/time at the end of a heading, with or without seconds."""
+    m = _TIMESTAMP.search(text)
+    if not m:
+        return None
+    clock = m[2] or "00:00"
+    fmt = "%Y-%m-%d %H:%M:%S" if clock.count(":") == 2 else "%Y-%m-%d %H:%M"
+    try:
+        return datetime.strptime(f"{m[1]} {clock}", fmt)
+    except ValueError:
+        return None
+
+
+def _stats_model(stats: str) -> str | None:
+    """The model a stats line names: the last hop, inside "backend (model)" when present."""
+    m = _STATS.fullmatch(stats) or _STATS_SHORT.fullmatch(stats)
+    if not m or not m["models"]:
+        return None
+    last = m["models"].split(" → ")[-1].strip()
+    inner = re.fullmatch(r".*? \((.+)\)", last)
+    return inner[1] if inner else last
+
+
+def _is_stats(text: str) -> bool:
+    return bool(_STATS.fullmatch(text) or _STATS_SHORT.fullmatch(text))
+
+
+def stats_line(model: str, backend: str, eval_count: int, prompt_eval_count: int, seconds: float) -> str:
+    """Harvey's stats action line, e.g. "ollama (llama3.1:8b) · 312 reply + 1840 ctx · 18.437s · 16.9 tok/s".
+
+    It is the only place the exact model name (with its tag) is written, so
+    :func:`turns` reads the model from it.
+    """
+    head = f"{backend} ({model})"
+    elapsed = _go_duration(seconds)
+    if not eval_count:
+        return f"{head} · {elapsed}"
+    rate = eval_count / seconds if seconds > 0 else 0.0
+    return f"{head} · {eval_count} reply + {prompt_eval_count} ctx · {elapsed} · {rate:.1f} tok/s"
+
+
+def _go_duration(seconds: float) -> str:
+    """Go's time.Duration String() after Round(ms), as Harvey prints it ("18.437s", "1m2.5s")."""
+    ms = max(0, round(seconds * 1000))
+    if ms < 1000:
+        return f"{ms}ms" if ms else "0s"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs, frac = divmod(rest, 1000)
+    text = f"{secs}" + (f".{frac:03d}".rstrip("0") if frac else "") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{text}"
+    return f"{minutes}m{text}" if minutes else text
+
+
+def new_title_page(user_name: str, model: str, backend: str, when: datetime) -> dict[str, str]:
+    """The title page Harvey writes, keys in Harvey's order."""
+    return {
+        "Title": "Harvey Session",
+        "Credit": "Recorded by Harvey",
+        "Author": _user_cue(user_name),
+        "Date": when.strftime(TS_FORMAT),
+        "Draft date": when.strftime("%Y-%m-%d"),
+        "Model": f"{model_cue(model)} ({backend})",
+        "Backend": backend,
+    }
+
+
+def model_switch_note(model: str, backend: str, when: datetime) -> str:
+    """Harvey's note text for a model change: "model switch: NAME (BACKEND) at TS"."""
+    return f"model switch: {model} ({backend}) at {when.strftime(TS_FORMAT)}"
+
+
+def _is_switch(note: str) -> bool:
+    return note.startswith("model switch:")
+
+
+def chat_scene(turn: Turn, user_name: str, workspace: str) -> Scene:
+    """The TALKING scene Harvey writes for one turn.
+
+    Model-switch notes go before the user's line, other notes after the reply,
+    the stats line last (where Harvey puts it).  "Forwarding to X." is written
+    whenever the message went to a model, so a pending turn still names it.
+    """
+    user = _user_cue(user_name)
+    cue = model_cue(turn.model) if turn.model else None
+    when = turn.when.strftime(TS_FORMAT) if turn.when else ""
+    mode = f" Model: {cue}." if cue else ""
+    els = [Element("action", f"Harvey and {user} are in chat mode.{mode} Workspace: {workspace}.")]
+    els += [Element("note", n) for n in turn.notes if _is_switch(n)]
+    if turn.user_text is not None:
+        els.append(Element("dialogue", turn.user_text, user))
+        if cue:
+            els.append(Element("dialogue", f"Forwarding to {cue}.", HARVEY))
+    if turn.harvey is not None:
+        els.append(Element("dialogue", turn.harvey, HARVEY))
+    if turn.reply is not None:
+        els.append(Element("dialogue", turn.reply, cue or "MODEL"))
+    els += [Element("note", n) for n in turn.notes if not _is_switch(n)]
+    if turn.stats:
+        els.append(Element("action", turn.stats))
+    return Scene(f"INT. HARVEY AND {user} TALKING {when}".rstrip(), els)
+
+
+def turn_scenes(turn: Turn, user_name: str, workspace: str) -> list[Scene]:
+    """All scenes for a turn; with an analysis, seed 000's overflow / chunk / answer trio.
+
+    ``turns(Screenplay(scenes=<these>))`` gives the turn back (model as the
+    cue unless stats carry the exact name, model-switch notes first).
+    """
+    if turn.analysis is None:
+        return [chat_scene(turn, user_name, workspace)]
+    if turn.reply is None:
+        ask = replace(turn, model=None, analysis=None)
+        return [chat_scene(ask, user_name, workspace), chunk_scene(turn.analysis, user_name)]
+    switches = [n for n in turn.notes if _is_switch(n)]
+    rest = [n for n in turn.notes if not _is_switch(n)]
+    ask = Turn(turn.when, turn.user_text, notes=switches, harvey=turn.harvey)
+    answer = Turn(turn.when, None, turn.model, turn.reply, turn.stats, rest)
+    return [
+        chat_scene(ask, user_name, workspace),
+        chunk_scene(turn.analysis, user_name),
+        chat_scene(answer, user_name, workspace),
+    ]
+
+
+def turns(play: Screenplay) -> list[Turn]:
+    """The chat turns, in order, from TALKING scenes (other scenes are skipped).
+
+    A TALKING scene whose reply comes with no user line answers the turn before
+    when that turn has no reply yet (seed 000: the synthesized answer after a
+    chunk analysis).  A chunk analysis scene is attached to the turn before it.
+    A model-switch note written after a reply (where Harvey writes it) belongs
+    to the next turn.
+    """
+    reader = _TurnReader()
+    for scene in play.scenes:
+        m = _TALKING.fullmatch(scene.heading)
+        if m:
+            reader.scene(scene, m["user"].strip(), _timestamp(m["rest"]))
+        elif (analysis := read_chunk_scene(scene)) and reader.out:
+            reader.out[-1].analysis = analysis
+    if reader.carry and reader.out:
+        reader.out[-1].notes += reader.carry
+    return reader.out
+
+
+class _TurnReader:
+    """Walks TALKING scenes in order, the way Harvey's replay does, but keeping everything."""
+
+    def __init__(self) -> None:
+        self.out: list[Turn] = []
+        self.carry: list[str] = []  # notes seen before the turn they belong to
+        self.cur: Turn | None = None
+        self.cue: str | None = None  # the reply's cue
+        self.forwarded: str | None = None  # the model named by "Forwarding to X."
+        self.after_reply = False
+        self.user = ""
+        self.when: datetime | None = None
+
+    def scene(self, scene: Scene, user: str, when: datetime | None) -> None:
+        self.user, self.when, self.after_reply = user.upper(), when, False
+        for el in scene.elements:
+            if el.kind == "dialogue":
+                self.dialogue(el)
+            elif el.kind == "note":
+                self.note(el.text)
+            elif self.cur is not None:
+                self.after_reply = _take_action(self.cur, el.text, self.after_reply)
+        self.finish()
+
+    def start(self, user_text: str | None) -> None:
+        self.finish()
+        self.cur, self.carry = Turn(self.when, user_text, notes=self.carry), []
+
+    def dialogue(self, el: Element) -> None:
+        speaker = el.character.split("(", 1)[0].strip().upper()
+        if speaker == self.user:
+            self.start(el.text)
+        elif speaker == HARVEY:
+            if self.cur is None:
+                self.start(None)
+            fw = _FORWARD.fullmatch(el.text)
+            if fw:
+                self.forwarded = fw["model"]
+            else:
+                self.cur.harvey = _join(self.cur.harvey, el.text)
+        else:
+            if self.cur is None or self.cur.reply is not None:
+                self.start(None)
+            self.cur.reply, self.cue = el.text, el.character
+        self.after_reply = speaker not in (self.user, HARVEY)
+
+    def note(self, text: str) -> None:
+        self.after_reply = False
+        cur = self.cur
+        answered = cur is not None and (cur.reply is not None or cur.harvey is not None)
+        if cur is None or (_is_switch(text) and answered):
+            self.carry.append(text)
+        else:
+            cur.notes.append(text)
+
+    def finish(self) -> None:
+        """Settle the turn's model, then append it or merge a continuation into the turn before."""
+        cur, self.cur = self.cur, None
+        if cur is None:
+            return
+        cue, self.cue, forwarded, self.forwarded = self.cue, None, self.forwarded, None
+        named = cue or forwarded
+        exact = _stats_model(cur.stats) if cur.stats else None
+        cur.model = exact if exact and (named is None or model_cue(exact) == model_cue(named)) else named
+        prev = self.out[-1] if self.out else None
+        if cur.user_text is None and prev is not None and prev.reply is None:
+            prev.reply = cur.reply
+            prev.model = cur.model or prev.model
+            prev.stats = cur.stats or prev.stats
+            prev.notes += cur.notes
+            if cur.harvey is not None:
+                prev.harvey = _join(prev.harvey, cur.harvey)
+        else:
+            self.out.append(cur)
+
+
+def _join(old: str | None, new: str) -> str:
+    return new if old is None else old + "\n\n" + new
+
+
+def _take_action(cur: Turn, text: str, after_reply: bool) -> bool:
+    """Take a stats line, or a reply paragraph Harvey's writer cut off at a blank line.
+
+    Returns whether the next action may still continue the reply.
+    """
+    if _is_stats(text):
+        cur.stats = text
+        return False
+    if after_reply and cur.reply is not None and not _ROUTING.match(text) and not _STATE_ACTION.fullmatch(text):
+        cur.reply += "\n\n" + text
+        return True
+    return False
+
+
+# ----------------------------------------------------------- chunk analysis
+
+_CHUNK_NOTE = re.compile(
+    r"chunk:\s*file=(?P<file>.*?),\s*chunks=(?P<chunks>\d+),\s*model=(?P<model>.*?),"
+    r"\s*boundary=(?P<boundary>.*?),\s*chunk-size=(?P<size>\d+)"
+)
+_RESULT_NOTE = re.compile(r"chunk-result:\s*\d+\s*/\s*\d+\s+(?:—|–|--?)\s+(?P<status>.*)")
+_SYNTHESIS_NOTE = re.compile(r"synthesis:\s*model=(?P<model>.*?)\s+(?:—|–|--?)\s+(?P<status>.*)")
+
+
+def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
+    """The INT. CHUNK ANALYSIS scene of seed 000 (status only, never chunk content)."""
+    a = analysis
+    when = a.when.strftime(TS_FORMAT) if a.when else ""
+    user = _user_cue(user_name)
+    els = [
+        Element("note", f"chunk: file={a.file}, chunks={a.chunks}, model={a.model}, "
+                        f"boundary={a.boundary}, chunk-size={a.chunk_size}"),
+        Element("dialogue", a.instruction, user),
+    ]
+    els += [Element("note", f"chunk-result: {i}/{a.chunks} — {s}") for i, s in enumerate(a.results, 1)]
+    if a.synthesis is not None:
+        els.append(Element("note", f"synthesis: model={a.model} — {a.synthesis}"))
+        els.append(Element("dialogue", _closing_line(a), HARVEY))
+    return Scene(f"INT. CHUNK ANALYSIS — {a.file} {when}".rstrip(), els)
+
+
+def _closing_line(a: ChunkAnalysis) -> str:
+    if a.synthesis == "ok":
+        return CHUNK_DONE
+    if a.synthesis == "cancelled" or "cancelled" in a.results:
+        return "Chunk analysis cancelled. Nothing was injected into the conversation."
+    return "Chunk analysis failed. Nothing was injected into the conversation."
+
+
+def read_chunk_scene(scene: Scene) -> ChunkAnalysis | None:
+    """The analysis a CHUNK ANALYSIS scene records, or None for any other scene."""
+    m = _CHUNK_HEADING.fullmatch(scene.heading)
+    if not m:
+        return None
+    when = _timestamp(m["rest"])
+    heading_file = _TIMESTAMP.sub("", m["rest"]).strip()
+    a = ChunkAnalysis(heading_file, 0, "", "", 0, "", when)
+    asked = False
+    for el in scene.elements:
+        if el.kind == "note":
+            _read_chunk_note(a, " ".join(el.text.split()))
+        elif el.kind == "dialogue" and el.character.upper() != HARVEY and not asked:
+            a.instruction, asked = el.text, True
+    return a
+
+
+def _read_chunk_note(a: ChunkAnalysis, note: str) -> None:
+    if m := _CHUNK_NOTE.fullmatch(note):
+        a.file, a.chunks, a.model = m["file"], int(m["chunks"]), m["model"]
+        a.boundary, a.chunk_size = m["boundary"], int(m["size"])
+    elif m := _RESULT_NOTE.fullmatch(note):
+        a.results.append(m["status"])
+    elif m := _SYNTHESIS_NOTE.fullmatch(note):
+        a.synthesis = m["status"]
