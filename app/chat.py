@@ -47,6 +47,7 @@ class TurnView:
     streaming: bool = False
     alert: object = None
     analysis: object = None
+    offers: list[str] = field(default_factory=list)
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
@@ -66,6 +67,10 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
             view.partial_kept = bool(turn.reply)
         elif body.startswith("notice:"):
             view.notices.append(body.removeprefix("notice:").strip())
+        elif body.startswith("offer-chunks:"):
+            view.offers = [f.strip() for f in body.removeprefix("offer-chunks:").split(",") if f.strip()]
+        elif body.startswith("compact:"):
+            view.notices.append(f"Compacted: {body.removeprefix('compact:').strip()}.")
         elif body.startswith("chunk analysis declined"):
             view.notices.append("Chunk analysis declined: nothing was sent to the model.")
         elif body.startswith("model switch:"):
@@ -242,6 +247,9 @@ def send(name: str):
     if notices:
         turn.notes.extend(notices)
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
+    if prepared.skipped:
+        turn.notes.append(f"offer-chunks: {', '.join(prepared.skipped)}")
+        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     if prepared.overflow:
         view = svc.jobs.overflow(session, index, turn, prepared)
         return _fragment(session, view, model)
@@ -287,6 +295,24 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
             gen.events.append("final")
 
     svc.replies.start(name, index, prepared.model, open_stream, on_piece, on_finish)
+
+
+@bp.post("/s/<name>/compact")
+def compact(name: str):
+    """Summarise the older turns into one note that later requests send instead."""
+    svc = services()
+    session = _load(name)
+    if svc.replies.running(name) or svc.jobs.busy(name):
+        abort(409, description="Wait for the reply or analysis to finish before compacting.")
+    model = session_model(session)
+    try:
+        note = conversation.compact(svc, session.turns, model)
+    except OllamaError as exc:
+        abort(502, description=f"The summary could not be made: {exc}")
+    if note is None:
+        return Response("", status=204)
+    session = svc.store.append_scene(name, svc.store.turn_scene(note))
+    return _fragment(session, turn_view(len(session.turns) - 1, note, model), model)
 
 
 @bp.post("/s/<name>/stop")

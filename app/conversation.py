@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import fountain
+from . import chunking, fountain
 from .budget import Budget, estimate_messages, fit_history, new_budget
 from .ollama import ChatFinal, OllamaError
-from .workspace import Workspace, WorkspaceError, WorkspaceFile
+from .workspace import Workspace, WorkspaceFile
 
 log = logging.getLogger(__name__)
 
+FILE_BLOCK_TOKENS = 12   # the <file name="..."> wrapper around an included file
 MENTION_AT_START = re.compile(r"^\s*@([\w.:/\-]+)\s*")
 MENTION_ANYWHERE = re.compile(r"(?<![\w@])@([\w.:/\-]*[\w])")
 
@@ -51,8 +52,8 @@ class Prepared:
     budget: Budget
     left_out_turns: int = 0
     notices: list[str] = field(default_factory=list)    # shown in the chat and recorded
-    overflow: list[WorkspaceFile] = field(default_factory=list)
-    overflow_tokens: dict[str, int] = field(default_factory=dict)
+    overflow: list[WorkspaceFile] = field(default_factory=list)   # one file: the alert card
+    skipped: list[str] = field(default_factory=list)              # several: named, offered analysis
     files: list[FileBlock] = field(default_factory=list)
 
     @property
@@ -97,15 +98,60 @@ def system_prompt(config, workspace: Path) -> str:
 
 
 def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
-    """Past turns as chat messages: every answered turn, oldest first."""
-    history = []
+    """Past turns as chat messages, oldest first.
+
+    A compact note (a summary the model wrote of the turns before it) replaces
+    those turns in the request; the session file keeps them all.
+    """
+    history: list[list[dict]] = []
     for turn in turns:
+        replaced = compacted_turns(turn)
+        if replaced is not None:
+            history = [[{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
+                        {"role": "assistant", "content": "Noted."}], *history[replaced:]]
+            continue
         if turn.reply is None or not turn.user_text:
             continue
         prompt = MENTION_AT_START.sub("", turn.user_text, count=1) if turn.user_text.startswith("@") else turn.user_text
         history.append([{"role": "user", "content": prompt},
                         {"role": "assistant", "content": turn.reply}])
     return history
+
+
+COMPACT_INTRO = "A summary of our conversation so far:"
+COMPACT_PROMPT = ("Summarize the conversation below in one short note (at most 150 words) for your own later "
+                  "use: keep facts, names, numbers, decisions and open questions; drop pleasantries.")
+
+
+def compacted_turns(turn: fountain.Turn) -> int | None:
+    """For a compact note: how many history entries before it the summary replaces."""
+    if turn.user_text is not None or not turn.harvey:
+        return None
+    for note in turn.notes:
+        found = re.match(r"compact: (\d+) ", note)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fountain.Turn | None:
+    """Have the model summarise all but the last ``keep`` turns into one note."""
+    history = history_turns(turns)
+    older = history[:-keep] if keep else history
+    if not older:
+        return None
+    facts = svc.client.show(model)
+    budget = new_budget(svc.config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    budget.components["reply"] = 300
+    kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
+    transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
+    messages = [{"role": "system", "content": COMPACT_PROMPT}, {"role": "user", "content": transcript}]
+    summary, final = svc.client.chat_text(model, messages, num_ctx=budget.window, options={"num_predict": 300})
+    if final is not None:
+        svc.calibration.observe(model, messages, final.prompt_eval_count)
+    return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
+                         notes=[f"compact: {len(older)} earlier turns replaced by this summary from {model}"
+                                + (f"; the {left_out} oldest did not fit the summary request" if left_out else "")])
 
 
 def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
@@ -131,37 +177,50 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
 
 
 def _add_files(svc, prepared: Prepared, text: str) -> None:
-    """Read the named files that fit; route the ones that would overflow."""
-    from .chunking import read_document
+    """Read the named files that fit; route or skip the ones that would not.
 
+    One file too large for the context goes to the chunked-analysis alert.
+    With several files (seed 003), they are included in the order named while
+    they fit the shared budget; the rest are named in a note and offered the
+    chunked analysis. Sizes come from stat, so nothing too large is read.
+    """
     config = svc.config
-    workspace = Workspace(config.workspace_path)
-    files, problems = workspace.mentions(text)
+    files, problems = Workspace(config.workspace_path).mentions(text)
     prepared.notices.extend(problems)
     budget = prepared.budget
-    skipped: list[str] = []
     for wf in files:
-        tokens = budget.estimate_bytes(wf.size)
-        if config.chunking.enabled and tokens > config.chunking.threshold * budget.remaining:
-            prepared.overflow.append(wf)
-            prepared.overflow_tokens[wf.name] = tokens
-            continue
+        doc = None
         try:
-            doc = read_document(wf.path)
-        except Exception as exc:  # binary, unreadable: say so, keep going
-            prepared.notices.append(f"{wf.name} was not included: {exc}")
+            if chunking.kind_for_path(wf.path) == "html":  # budget the text, not the markup
+                doc = chunking.read_document(wf.path)
+                tokens = budget.estimate(doc.text) + FILE_BLOCK_TOKENS
+            else:
+                tokens = budget.estimate_bytes(wf.size) + FILE_BLOCK_TOKENS
+            too_big = tokens > config.chunking.threshold * budget.remaining
+            if too_big and len(files) == 1 and config.chunking.enabled:
+                prepared.overflow.append(wf)
+                continue
+            if too_big or tokens > budget.remaining:
+                prepared.skipped.append(wf.name)
+                continue
+            doc = doc or chunking.read_document(wf.path)
+        except chunking.BinaryDocumentError:
+            prepared.notices.append(f"{wf.name} was not included: it is a binary file, not text.")
             continue
-        block = FileBlock(wf, doc.text, budget.estimate(doc.text) + 12, getattr(doc, "decode_note", "") or "")
+        except (chunking.ChunkingError, OSError) as exc:
+            prepared.notices.append(f"{wf.name} was not included: it could not be read ({exc.__class__.__name__}).")
+            continue
+        block = FileBlock(wf, doc.text, budget.estimate(doc.text) + FILE_BLOCK_TOKENS, doc.decode_note or "")
         if block.note:
             prepared.notices.append(f"{wf.name}: {block.note}")
         if budget.reserve("files", block.tokens):
             prepared.files.append(block)
         else:
-            skipped.append(wf.name)
-    if skipped:
-        prepared.notices.append(f"{len(skipped)} file{'s' if len(skipped) > 1 else ''} exceeded the context budget "
-                                f"and {'were' if len(skipped) > 1 else 'was'} not included: {', '.join(skipped)}")
-        prepared.overflow_skipped = skipped
+            prepared.skipped.append(wf.name)
+    if prepared.skipped:
+        n = len(prepared.skipped)
+        prepared.notices.append(f"{n} file{'s' if n > 1 else ''} exceeded the context budget and "
+                                f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
 
 
 def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
@@ -169,7 +228,7 @@ def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
     parts = [text]
     for block in blocks:
         parts.append(f'\n\n<file name="{block.file.name}">\n{block.text}\n</file>')
-    skipped = getattr(prepared, "overflow_skipped", [])
+    skipped = prepared.skipped
     if skipped:
         parts.append(f"\n\n[Note: {len(skipped)} additional file(s) exceeded the context budget and were "
                      f"not included: {', '.join(skipped)}]")
