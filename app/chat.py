@@ -276,7 +276,10 @@ def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = Fa
 def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> None:
     """Generate in the background; record the turn when the reply ends."""
     def open_stream():
-        return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window)
+        # The reply may use its reservation and whatever the budget left free: never past the window.
+        room = prepared.budget.components.get("reply", 0) + max(0, prepared.budget.remaining)
+        return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window,
+                               options={"num_predict": room})
 
     def on_piece(gen, piece):
         gen.events.append("piece", str(escape(piece)))

@@ -7,6 +7,7 @@ HTTP to the app with httpx.
 
 import dataclasses
 import html
+import os
 import re
 import sys
 import threading
@@ -137,3 +138,22 @@ def make_live(tmp_path):
     yield start
     for app in apps:
         app.close()
+
+
+def require(available: bool, why: str):
+    """Skip when a real part is missing, except in CI, where a missing part is a failure."""
+    if available:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI must install it: scripts/test.sh)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def demo_model():
+    """The real SmolLM2-135M behind the Ollama API, shared by the real-model tests."""
+    from app import demo_server
+
+    require(demo_server.model_available(), demo_server.INSTALL_HINT)
+    with demo_server.DemoServer(threads=1) as server:
+        yield server

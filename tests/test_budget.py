@@ -112,7 +112,7 @@ def test_every_request_carries_the_same_num_ctx_and_none_exceeds_the_window(tmp_
     assert len(chats) == 8 and {c.num_ctx for c in chats} == {4096}
     assert all(c.refused is None for c in chats)
     for c in chats:
-        assert estimate_messages(c.body["messages"], 4.0) <= c.num_ctx
+        assert estimate_messages(c.body["messages"], 4.0) + c.body["options"]["num_predict"] <= c.num_ctx
     assert len(chats[-1].body["messages"]) < 2 + 2 * 7                # old turns were left out
     page = live.get(f"/s/{name}").text
     assert "older turn" in page and "left out of this request" in page

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from app import demo_server
+from conftest import require
 
 MODEL = demo_server.DEFAULT_MODEL_NAME
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +30,7 @@ GREEDY = {"temperature": 0, "seed": 42}
 
 @pytest.fixture(scope="module")
 def demo():
-    if not demo_server.model_available():
-        pytest.skip(demo_server.INSTALL_HINT)
+    require(demo_server.model_available(), demo_server.INSTALL_HINT)
     # One thread: steady speed even when other test suites share the cores.
     with demo_server.DemoServer(threads=1) as server:
         yield server

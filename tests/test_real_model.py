@@ -1,0 +1,116 @@
+"""The real path: the app and its client against SmolLM2-135M behind the Ollama API.
+
+Assertions are about shape and flow (streaming, counts, records, resumption),
+never about what a 135M model says.
+"""
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app import fountain, ollama
+from app.config import ChunkingConfig
+from conftest import make_config
+
+pytestmark = pytest.mark.realmodel
+MODEL = "smollm2:135m"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_client_streams_with_real_counts_and_embeds(demo_model):
+    client = ollama.OllamaClient(demo_model.url, read_timeout=60)
+    facts = client.show(MODEL)
+    assert facts.context_length == 8192 and facts.architecture == "llama"
+    stream = client.chat(MODEL, [{"role": "user", "content": "Name three colours."}], num_ctx=2048,
+                         options={"num_predict": 24, "temperature": 0, "seed": 1})
+    pieces = list(stream)
+    assert len(pieces) > 3 and "".join(pieces).strip()
+    assert stream.final.prompt_eval_count > 0 and stream.final.eval_count > 0
+    assert stream.final.done_reason in ("stop", "length")
+    vectors = client.embed(MODEL, ["a Raspberry Pi", "a chat app"])
+    assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) == 576
+
+
+def test_context_exceeded_is_refused_not_truncated(demo_model):
+    client = ollama.OllamaClient(demo_model.url, read_timeout=60)
+    with pytest.raises(ollama.ContextExceeded):
+        list(client.chat(MODEL, [{"role": "user", "content": "word " * 3000}], num_ctx=512))
+
+
+def wait_reply(live, name, timeout=90):
+    gen = live.services.replies.current(name)
+    deadline = time.monotonic() + timeout
+    while not gen.finished and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gen.finished, "the real model did not finish in time"
+    time.sleep(0.05)
+    return gen
+
+
+def small_window(config, window=512):
+    """A small window keeps the 135M model's replies short (num_predict fills what is free)."""
+    from app.config import BudgetConfig, ModelConfig
+    return dataclasses.replace(config, models={MODEL: ModelConfig(context_window=window)},
+                               budget=BudgetConfig(reply_tokens=64))
+
+
+def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
+    config = small_window(make_config(tmp_path, demo_model.url, model=MODEL))
+    first = make_live(config)
+    name = first.open_session()
+    first.post(f"/s/{name}/messages", data={"message": "My cat is called Pixel. Say hello to her."})
+    gen = wait_reply(first, name)
+    assert gen.status == "done" and gen.final.prompt_eval_count > 0 and gen.final.eval_count > 0
+    text = (first.services.store.folder / f"{name}.spmd").read_text()
+    turn = fountain.turns(fountain.loads(text))[0]
+    assert turn.reply == gen.text and turn.model == MODEL and "tok/s" in turn.stats
+    assert "@SMOLLM2" in text or "SMOLLM2" in text
+    first.close()
+    second = make_live(config)
+    second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"})
+    gen2 = wait_reply(second, name)
+    assert gen2.status == "done"
+    # the second request carried the first turn: Ollama read more tokens than the message alone
+    assert gen2.final.prompt_eval_count > gen.final.prompt_eval_count
+    turns = fountain.turns(fountain.loads((second.services.store.folder / f"{name}.spmd").read_text()))
+    assert [t.user_text for t in turns] == ["My cat is called Pixel. Say hello to her.", "What is my cat called?"]
+    assert second.services.calibration.samples(MODEL) + first.services.calibration.samples(MODEL) >= 0
+
+
+def test_three_chunk_analysis_end_to_end(tmp_path, demo_model, make_live):
+    config = make_config(tmp_path, demo_model.url, model=MODEL)
+    config = dataclasses.replace(config, chunking=ChunkingConfig(chunk_size_tokens=300, map_reply_tokens=48),
+                                 models={MODEL: dataclasses.replace(config.model(MODEL), context_window=2048)})
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    sections = []
+    for name, topic in (("Apples", "apples grow in orchards"), ("Bread", "bread is baked in ovens"),
+                        ("Canals", "canals carry boats")):
+        sections.append(f"## {name}\n\n" + "\n\n".join(f"Fact {i}: {topic}, says note {i}." * 4 for i in range(5)))
+    (workspace / "notes.md").write_text("\n\n".join(sections) + "\n")
+    live = make_live(config)
+    session = live.open_session()
+    live.post(f"/s/{session}/analysis/direct", data={"file": "notes.md"})
+    job = live.services.jobs.open_for(session)
+    assert job.chunks == 3, job.chunks
+    live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "List the topics in one line."})
+    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=300))
+    assert job.state == "done", (job.state, job.message)
+    assert sum(1 for e, _, _ in events if e == "partial") == 3
+    assert all(r.status == "ok" and r.text for r in job.results.values())
+    text = (live.services.store.folder / f"{session}.spmd").read_text()
+    assert "INT. CHUNK ANALYSIS — notes.md" in text and "synthesis: model=SMOLLM2 — ok" in text
+    assert fountain.turns(fountain.loads(text))[-1].reply
+
+
+def test_harvey_check_against_the_demo_model(tmp_path, demo_model):
+    env = {"PATH": "/usr/bin:/bin", "OLLAMA_HOST": demo_model.url, "HARVEY_MODEL": MODEL, "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "app.cli", "check"], cwd=tmp_path, env={**env,
+                            "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"* {MODEL}: trained context 8192, window used (num_ctx) 8192" in result.stdout
+    assert result.stdout.rstrip().endswith("ok")
