@@ -112,8 +112,10 @@ class LiveApp:
         self.closing = True
         self.http.close()
         self.services.jobs.shutdown()
+        from waitress.channel import HTTPChannel
+
         for channel in list(self.server._map.values()):
-            channel.handle_close()
+            channel.handle_close() if isinstance(channel, HTTPChannel) else channel.close()
         self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
         self.thread.join(2)
 

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from fountain import FountainParser
+
 from app import fountain
 from app.budget import estimate_messages
 from conftest import make_config
 from scripted_ollama import Reply
+from test_fountain import jouvence_dialogue
 
 PARAGRAPH = ("The methodology section describes a three-phase experiment with careful controls, "
              "and the results are discussed at length with tables and figures. ")
@@ -129,6 +132,11 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     assert text.count("chunk-result:") == job.chunks and "synthesis: model=TINY — ok" in text
     turns = fountain.turns(play)
     assert len(turns) == 1 and turns[0].reply.startswith("SYNTHESIZED")
+    assert fountain.dumps(fountain.loads(text)) == text                     # round-trips
+    assert FountainParser().validate(text) == []                            # third-party parsers
+    dialogue = jouvence_dialogue(text)
+    assert ("TESTER", "Summarize the methodology of each section.") in dialogue
+    assert ("TINY", "SYNTHESIZED: the methodology is a three-phase experiment.") in dialogue
     # the next turn carries the synthesized answer in its history, not the file
     live.post(f"/s/{name}/messages", data={"message": "thanks"})
     deadline = time.monotonic() + 5
