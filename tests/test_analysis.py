@@ -41,13 +41,20 @@ def map_or_reduce(body):
     return Reply(text="plain chat reply")
 
 
+def big_file_config(tmp_path, scripted, **chunking):
+    """A config whose workspace holds big.md, with chunking settings changed as given."""
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, **chunking))
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    return config
+
+
 @pytest.fixture
 def setup(tmp_path, scripted, make_live):
     scripted.script = map_or_reduce
-    config = make_config(tmp_path, scripted.url)
+    config = big_file_config(tmp_path, scripted)
     workspace = Path(config.workspace)
-    workspace.mkdir(parents=True)
-    (workspace / "big.md").write_text(big_markdown())
     (workspace / "small.md").write_text("# Small\n\nA short note about the Pi.\n")
     live = make_live(config)
     return live, scripted, workspace
@@ -177,11 +184,7 @@ def test_unknown_model_is_reported_on_the_card_before_anything_starts(setup):
 
 def test_more_chunks_than_the_limit_needs_an_explicit_choice(tmp_path, scripted, make_live):
     scripted.script = map_or_reduce
-    config = make_config(tmp_path, scripted.url)
-    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=5))
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
+    live = make_live(big_file_config(tmp_path, scripted, max_chunks=5))
     name = live.open_session()
     fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
     job = live.services.jobs.open_for(name)
@@ -313,11 +316,7 @@ def test_hierarchical_reduce_when_partials_overflow_and_every_request_fits(tmp_p
 
     scripted.script = verbose
     scripted.models["tiny:1b"] = 4096
-    config = make_config(tmp_path, scripted.url)
-    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, chunk_size_tokens=1000))
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
+    live = make_live(big_file_config(tmp_path, scripted, chunk_size_tokens=1000))
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.", scope="all")
     list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=60))
@@ -334,9 +333,7 @@ def test_hierarchical_reduce_when_partials_overflow_and_every_request_fits(tmp_p
 
 def test_restart_mid_run_resumes_without_repeating_finished_chunks(tmp_path, scripted, make_live):
     scripted.script = slow_maps(0.03)
-    config = make_config(tmp_path, scripted.url)
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    config = big_file_config(tmp_path, scripted)
     first = make_live(config)
     name = first.open_session()
     job, _ = start_job(first, name, "Summarize.")
@@ -363,10 +360,8 @@ def test_restart_mid_run_resumes_without_repeating_finished_chunks(tmp_path, scr
 
 def test_resume_refuses_a_changed_file(tmp_path, scripted, make_live):
     scripted.script = slow_maps(0.03)
-    config = make_config(tmp_path, scripted.url)
-    Path(config.workspace).mkdir(parents=True)
+    config = big_file_config(tmp_path, scripted)
     big = Path(config.workspace) / "big.md"
-    big.write_text(big_markdown())
     first = make_live(config)
     name = first.open_session()
     job, _ = start_job(first, name, "Summarize.")

@@ -1,13 +1,11 @@
 """Flows 2-4: chunked analysis in a real browser."""
 
 import re
-from pathlib import Path
 
 import pytest
 
 from browser.conftest import LAPTOP, PHONE, axe_violations, no_horizontal_scroll, shot, wait_until
-from conftest import make_config
-from test_analysis import big_markdown, map_or_reduce, slow_maps
+from test_analysis import big_file_config, slow_maps
 
 pytestmark = pytest.mark.browser
 
@@ -15,10 +13,7 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def app_with_big_file(tmp_path, scripted, make_live):
     scripted.script = slow_maps(0.03)
-    config = make_config(tmp_path, scripted.url)
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    return make_live(config), scripted
+    return make_live(big_file_config(tmp_path, scripted)), scripted
 
 
 def ask_about_big_file(page, live):
