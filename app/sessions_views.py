@@ -1,10 +1,264 @@
-"""Session pages (placeholder)."""
+"""Session pages: list and search, read as a screenplay, download, import, rename, delete, restore.
 
-from flask import Blueprint
+The session files stay the source of truth: the list reads them through an
+in-memory index that re-parses only changed files, the reading page is
+rendered from the file on each request (the store caches the parse by mtime),
+and downloads send the stored bytes untouched.  Names in URLs must match the
+Harvey file-name pattern exactly, so no URL reaches outside ``sessions_dir``.
+"""
 
+from __future__ import annotations
+
+import io
+import logging
+import re
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from flask import (Blueprint, Response, abort, flash, get_flashed_messages, redirect, render_template,
+                   request, send_file, url_for)
+from markupsafe import Markup
+
+from . import fountain
+from .render import markdown
+from .services import services
+from .sessions import SUFFIX, Session, SessionNotFound, valid_name
+
+log = logging.getLogger(__name__)
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
+
+IMPORT_SUFFIXES = (".spmd", ".fountain")
+# Cues whose dialogue is shown as typed, not as Markdown: the agent and the shell.
+PLAIN_CUES = {fountain.HARVEY, "SHELL"}
+_TALKING_USER = re.compile(r"int\.?\s+harvey and (.+?) talking\b", re.IGNORECASE)
+# Control characters no text file holds (tab, LF, FF and CR are fine): a sign of a binary upload.
+_BINARY = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f]")
+
+
+@bp.record_once
+def _warm_index(state) -> None:
+    """Index the sessions in the background when the app is built (parsing 500 files takes a while on a Pi)."""
+    index = state.app.extensions["harvey"].store.index()
+    threading.Thread(target=index.warm, name="session-index-warm-up", daemon=True).start()
+
+
+class ImportRefused(Exception):
+    """An upload that cannot become a session; the text tells the user why."""
+
+
+# -- names -------------------------------------------------------------------------------
+
+def _session(name: str) -> Session:
+    """The session, or 404 for a name outside the pattern or without a file."""
+    if not valid_name(name):
+        log.info("session name refused: %r", name[:80])
+        abort(404, description="There is no such session.")
+    try:
+        return services().store.load(name)
+    except (SessionNotFound, OSError):
+        abort(404, description="There is no such session.")
+
+
+# -- the list ----------------------------------------------------------------------------
+
+def _human_size(size: int) -> str:
+    """Bytes as a phone-width figure."""
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"
+
+
+def _list_page(error: str = "", status: int = 200):
+    """The list with the search applied; also the answer to a refused import."""
+    store = services().store
+    query = request.args.get("q", "").strip()
+    index = store.index()
+    items = index.search(query) if query else index.entries()
+    html = render_template("sessions/index.html", items=items, query=query, error=error,
+                           trashed=store.trashed(), human_size=_human_size,
+                           max_upload_mb=services().config.server.max_upload_mb,
+                           messages=get_flashed_messages(with_categories=True))
+    return Response(html, status=status)
 
 
 @bp.get("/")
 def index():
-    return "sessions"
+    """Every session, newest first; ``?q=`` keeps those whose text holds every word."""
+    return _list_page()
+
+
+# -- reading -----------------------------------------------------------------------------
+
+@dataclass
+class Line:
+    """One screenplay element as the page shows it."""
+
+    kind: str                      # "action", "note" or "dialogue"
+    text: str
+    cue: str = ""
+    html: Markup | None = None     # dialogue rendered from Markdown; None: shown as typed
+
+
+@dataclass
+class SceneView:
+    heading: str
+    lines: list[Line] = field(default_factory=list)
+    analysis: fountain.ChunkAnalysis | None = None
+
+
+def _speakers(session: Session) -> set[str]:
+    """Cues whose words are shown as typed: the user(s), HARVEY and the shell.
+
+    Everything else is a model speaking, whose replies are Markdown (as in the chat).
+    """
+    users = {m[1].strip().upper() for s in session.play.scenes if (m := _TALKING_USER.match(s.heading))}
+    author = session.play.title_page.get("Author", "").strip().upper()
+    return PLAIN_CUES | users | ({author} if author else set()) | {services().config.user_name.upper()}
+
+
+def scene_views(session: Session) -> list[SceneView]:
+    """The screenplay as the template walks it; chunk analyses keep their parsed parameters."""
+    plain = _speakers(session)
+    views = []
+    for scene in session.play.scenes:
+        view = SceneView(scene.heading, analysis=fountain.read_chunk_scene(scene))
+        for el in scene.elements:
+            line = Line(el.kind, el.text, el.character)
+            if el.kind == "dialogue" and el.character.split("(", 1)[0].strip().upper() not in plain:
+                line.html = markdown(el.text)
+            view.lines.append(line)
+        views.append(view)
+    return views
+
+
+@bp.get("/<name>")
+def read(name: str):
+    """The session as a screenplay, with continue / download / rename / delete."""
+    session = _session(name)
+    return render_template("sessions/read.html", session=session, scenes=scene_views(session),
+                           messages=get_flashed_messages(with_categories=True))
+
+
+@bp.get("/<name>/download")
+def download(name: str):
+    """The file exactly as stored, as an attachment under its own name."""
+    _session(name)
+    path = services().store.path(name)
+    return send_file(path, mimetype="text/plain", as_attachment=True,  # Werkzeug adds "; charset=utf-8"
+                     download_name=f"{name}{SUFFIX}", etag=False, conditional=False)
+
+
+@bp.get("/download-all")
+def download_all():
+    """Every session file (not the trash) in one zip, built in memory: session files are small text."""
+    store = services().store
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in store.names():
+            if valid_name(name):
+                try:
+                    archive.writestr(f"{name}{SUFFIX}", store.path(name).read_bytes())
+                except FileNotFoundError:  # deleted while we zipped
+                    continue
+    buffer.seek(0)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return send_file(buffer, mimetype="application/zip", as_attachment=True,
+                     download_name=f"harvey-sessions-{stamp}.zip")
+
+
+# -- changing ----------------------------------------------------------------------------
+
+@bp.post("/<name>/title")
+def rename(name: str):
+    """Change the Title on the title page; the file name (the URL) stays."""
+    _session(name)
+    services().store.rename(name, request.form.get("title", ""))
+    return redirect(url_for("sessions.read", name=name), code=303)
+
+
+@bp.post("/<name>/delete")
+def delete(name: str):
+    """Move the file to the trash, from which the list restores it."""
+    _session(name)
+    svc = services()
+    if svc.replies.running(name) or (svc.jobs and svc.jobs.busy(name)):
+        abort(409, description="This session is busy (a reply or an analysis is running); try again when it ends.")
+    try:
+        svc.store.delete(name)
+    except SessionNotFound:
+        abort(404, description="There is no such session.")
+    log.info("session %s moved to the trash", name)
+    flash(f"Moved “{name}” to the trash. Restore it from the list below.", "ok")
+    return redirect(url_for("sessions.index"), code=303)
+
+
+@bp.post("/trash/<entry>/restore")
+def restore(entry: str):
+    """Bring a deleted session back (under a new name only if its own was taken since)."""
+    if not valid_name(entry):
+        log.info("trash name refused: %r", entry[:80])
+        abort(404, description="There is no such deleted session.")
+    try:
+        name = services().store.restore(entry)
+    except SessionNotFound:
+        abort(404, description="There is no such deleted session.")
+    log.info("session %s restored from the trash as %s", entry, name)
+    flash("Restored from the trash.", "ok")
+    return redirect(url_for("sessions.read", name=name), code=303)
+
+
+# -- import --------------------------------------------------------------------------------
+
+def _import_text(filename: str, data: bytes) -> str:
+    """The upload's text if it can be a session, else ImportRefused saying why."""
+    if not filename.lower().endswith(IMPORT_SUFFIXES):
+        raise ImportRefused("Only .spmd and .fountain files can be imported.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ImportRefused("The file is not UTF-8 text, so it is not a Harvey session.") from None
+    if not text.strip() or _BINARY.search(text):
+        raise ImportRefused("The file is empty or not a text file.")
+    play = fountain.loads(text)
+    if not play.title_page and not any(scene.heading for scene in play.scenes):
+        raise ImportRefused("The file is not a Fountain screenplay: it has neither a title page nor a scene heading.")
+    return text
+
+
+@bp.post("/import")
+def import_session():
+    """Add an uploaded .spmd or .fountain file as a new session; nothing is written when it is refused."""
+    svc = services()
+    limit = svc.config.server.max_upload_mb * 1024 * 1024
+    upload = request.files.get("file")
+    if upload is None or not upload.filename:
+        return _refuse("Choose a .spmd or .fountain file to import.", 0)
+    data = upload.read(limit + 1)
+    if len(data) > limit:
+        abort(413, description=f"The file is larger than {svc.config.server.max_upload_mb} MB.")
+    try:
+        text = _import_text(upload.filename, data)
+    except ImportRefused as exc:
+        return _refuse(str(exc), len(data))
+    name = svc.store.import_text(text)
+    log.info("session imported as %s (%d bytes)", name, len(data))
+    flash("Imported. Read it here, or continue it in the chat.", "ok")
+    return redirect(url_for("sessions.read", name=name), code=303)
+
+
+def _refuse(message: str, size: int):
+    """400 with the list page and the reason; the log gets the reason, never the contents."""
+    log.warning("session import refused (%d bytes): %s", size, message)
+    return _list_page(error=message, status=400)
+
+
+@bp.errorhandler(413)
+def too_large(exc):
+    """The upload limit (Flask's MAX_CONTENT_LENGTH or ours), said on the list page."""
+    mb = services().config.server.max_upload_mb
+    log.warning("session upload refused: larger than %d MB", mb)
+    return _list_page(error=f"The file is too large: imports are limited to {mb} MB.", status=413)
