@@ -22,6 +22,7 @@ import math
 import os
 import queue
 import secrets
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class Job:
     seconds_per_chunk: float = 0.0   # estimate before any chunk has run
     results: dict[int, ChunkResult] = field(default_factory=dict, repr=False)
     synthesis: str = ""
+    answer: str | None = None        # kept until it is in the session file
 
     @property
     def done_count(self) -> int:
@@ -136,6 +138,10 @@ class JobStore:
             fh.write(json.dumps(dataclasses.asdict(result)) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+    def remove(self, job: Job) -> None:
+        """Forget a job whose outcome is in the session file: nothing left to recover."""
+        shutil.rmtree(self.folder / job.id, ignore_errors=True)
 
     def load_all(self) -> list[Job]:
         jobs = []
@@ -186,7 +192,19 @@ class JobRunner:
             if job.state in ACTIVE:
                 job.state = "interrupted"
                 self.store.save(job)
+            elif job.state in ("done", "dropped", "declined"):
+                self._settle(job)      # a crash came between the decision and the record
             self.jobs[job.id] = job
+
+    def _settle(self, job: Job) -> None:
+        """Finish recording a job whose outcome was decided but maybe not written."""
+        try:
+            turns = self.svc.store.load(job.session).turns
+        except SessionNotFound:
+            return self.store.remove(job)
+        if job.state != "declined" and (job.turn >= len(turns) or turns[job.turn].analysis is None):
+            self._record(job, job.answer, "ok" if job.state == "done" else "cancelled")
+        self.store.remove(job)
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -319,6 +337,7 @@ class JobRunner:
         job.state = "declined"
         self.store.save(job)
         self._record_decline(job)
+        self.store.remove(job)
 
     def cancel(self, job: Job) -> None:
         """Stop the run: close the request in flight; no new chunk starts."""
@@ -492,7 +511,7 @@ class JobRunner:
         if missing:
             answer += f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {_ranges(missing)} of {job.total} " \
                       "had no answer, so this synthesis does not cover them._"
-        job.state, job.finished = "done", time.time()
+        job.state, job.finished, job.answer = "done", time.time(), answer
         self.store.save(job)
         self._record(job, answer=answer, synthesis="ok")
 
@@ -586,6 +605,8 @@ class JobRunner:
             answer_turn = fountain.Turn(when=datetime.now().replace(microsecond=0), user_text=None,
                                         model=job.model, reply=answer)
             store.append_scene(job.session, store.turn_scene(answer_turn))
+        if job.state in ("done", "dropped"):
+            self.store.remove(job)
         self._emit_state(job)
 
     def _record_decline(self, job: Job) -> None:
@@ -708,8 +729,14 @@ def resume(name: str, job_id: str):
 
 @bp.get("/s/<name>/analysis/<job_id>/events")
 def events(name: str, job_id: str):
-    """SSE: progress and partial answers, replayed after Last-Event-ID, then the new card."""
-    job = _job(name, job_id)
+    """SSE: progress and partial answers, replayed after Last-Event-ID, then the new card.
+
+    An unknown job (a stale page after a restart) gets a stream that just closes:
+    a 404 would make the browser's EventSource retry for ever.
+    """
+    job = services().jobs.jobs.get(job_id)
+    if job is None or job.session != name:
+        return Response(sse_format(Event(0, "close", "")), mimetype="text/event-stream")
     log_ = services().jobs.log_for(job)
     after = last_event_id(request.headers, request.args)
 

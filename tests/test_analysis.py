@@ -388,3 +388,34 @@ def test_direct_analysis_from_the_file_list(setup):
     assert job.state == "done" and job.chunks == 1
     refused = live.post(f"/s/{name}/analysis/direct", data={"file": "../etc/passwd"})
     assert refused.status_code == 400 and "outside the workspace" in refused.text
+
+
+def test_finished_jobs_leave_no_files_and_a_decided_answer_survives_a_crash(tmp_path, scripted, make_live):
+    scripted.script = map_or_reduce
+    config = big_file_config(tmp_path, scripted)
+    live = make_live(config)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    jobs_dir = Path(config.data_dir) / "jobs"
+    assert job.state == "done" and not (jobs_dir / job.id).exists()
+    # a crash after the answer was decided but before it reached the session file
+    text_before = session_text(live, name)
+    live.services.jobs.store.save(job)
+    path = live.services.store.folder / f"{name}.spmd"
+    play = fountain.loads(text_before)
+    del play.scenes[-2:]                                   # the analysis scene and the answer, not yet written
+    path.write_text(fountain.dumps(play))
+    live.close()
+    again = make_live(config)
+    turns = fountain.turns(fountain.loads(path.read_text()))
+    assert turns[0].reply.startswith("SYNTHESIZED") and turns[0].analysis is not None
+    assert not (jobs_dir / job.id).exists()
+    assert again.services.jobs.get(job.id).state == "done"
+
+
+def test_a_stale_page_following_an_unknown_job_is_told_to_close(setup):
+    live, _, _ = setup
+    name = live.open_session()
+    events = list(live.sse(f"/s/{name}/analysis/000000000000/events"))
+    assert events == [("close", "", "0")]
