@@ -171,8 +171,8 @@ def cmd_set_password(config: Config, args) -> int:
     if len(first) < 8:
         print("harvey: use at least 8 characters; nothing changed", file=sys.stderr)
         return 1
-    set_password(config.data_path, first)
-    print(f"password set ({config.data_path / 'password'})")
+    path = set_password(config.data_path, first)
+    print(f"password set ({path}); devices signed in before must sign in again")
     return 0
 
 

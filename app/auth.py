@@ -1,0 +1,388 @@
+"""Who may use Harvey: the password, the login page and the remembered device.
+
+Anyone on the LAN can reach the port, so when Harvey listens beyond loopback it
+asks for a password (``auth: auto``), always asks (``auth: password``), or never
+asks because harvey.yaml says so explicitly (``auth: none``). A required password
+that has not been set yet closes the app instead of opening it: every page says
+how to set one.
+
+The password is stored as a salted scrypt hash in ``data_dir/password`` (0600),
+with its parameters, so they can be raised later without breaking old hashes.
+A signed-in browser holds Flask's signed session cookie for 180 days; the cookie
+names the password's generation, so setting a new password signs every device
+out. Wrong passwords are slowed down per client address (and, more gently, for
+everyone at once) by refusing early with 429 + Retry-After, never by sleeping on
+a waitress thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from flask import (Blueprint, Flask, Response, current_app, redirect, render_template, request, session,
+                   url_for)
+
+log = logging.getLogger(__name__)
+bp = Blueprint("auth", __name__)
+
+PASSWORD_FILE = "password"
+# 32 MiB of memory per check: strong, yet a Pi 3 answers in well under a second.
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 15, 8, 1
+REMEMBER = timedelta(days=180)
+OPEN_ENDPOINTS = {"static", "health.healthz", "auth.login", "auth.logout"}
+SET_PASSWORD_HINT = "harvey set-password"
+
+
+# -- the stored hash ----------------------------------------------------------------------
+
+def set_password(data_path: Path, password: str) -> Path:
+    """Store a new salted scrypt hash (0600), replacing any old one atomically.
+
+    A new random salt makes a new file even for the same password, so the
+    generation changes and every remembered device must sign in again.
+    """
+    data_path = Path(data_path)
+    data_path.mkdir(parents=True, exist_ok=True)
+    salt = secrets.token_bytes(16)
+    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
+    record = f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}\n"
+    path = data_path / PASSWORD_FILE
+    tmp = data_path / f".{PASSWORD_FILE}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(record)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def verify_record(record: str, password: str) -> bool:
+    """Whether ``password`` matches a stored ``scrypt$n$r$p$salt$hash`` line."""
+    try:
+        n, r, p, salt, digest = _parse(record)
+    except ValueError:
+        return False
+    return hmac.compare_digest(_scrypt(password, salt, n, r, p), digest)
+
+
+def _parse(record: str) -> tuple[int, int, int, bytes, bytes]:
+    """Split a stored line; ValueError when it is not one we wrote."""
+    kind, n, r, p, salt, digest = record.strip().split("$")
+    n, r, p = int(n), int(r), int(p)
+    if kind != "scrypt" or not (2 <= n <= 2 ** 20 and 1 <= r <= 32 and 1 <= p <= 16):
+        raise ValueError("not a Harvey scrypt record")
+    return n, r, p, base64.b64decode(salt, validate=True), base64.b64decode(digest, validate=True)
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    """scrypt from the standard library, with room for the memory it needs."""
+    return hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=salt, n=n, r=r, p=p,
+                          maxmem=256 * n * r * p + 2 ** 20, dklen=32)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+class PasswordFile:
+    """The stored hash, re-read when the file changes (set-password while serving)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._stamp: tuple | None = None
+        self._record: str | None = None
+        self._lock = threading.Lock()
+
+    def record(self) -> str | None:
+        """The usable stored line, or None when there is none (missing or damaged)."""
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            if stamp != self._stamp:
+                self._stamp, self._record = stamp, self._read()
+            return self._record
+
+    def _read(self) -> str | None:
+        try:
+            record = self.path.read_text(encoding="ascii").strip()
+            _parse(record)
+            return record
+        except (OSError, ValueError, UnicodeDecodeError):
+            log.error("%s is not a usable password file: run `%s` again", self.path, SET_PASSWORD_HINT)
+            return None
+
+    def generation(self) -> str | None:
+        """A short fingerprint of the stored hash: changes whenever the password is set."""
+        record = self.record()
+        return hashlib.sha256(record.encode("ascii")).hexdigest()[:16] if record else None
+
+    def verify(self, password: str) -> bool:
+        record = self.record()
+        return bool(record) and verify_record(record, password)
+
+
+# -- slowing down wrong passwords -----------------------------------------------------------
+
+@dataclass
+class Throttle:
+    """Failures per key: after ``free`` of them each failure doubles the wait, up to ``cap``.
+
+    Kept in memory: a restart forgets it, which costs an attacker a restart.
+    """
+
+    free: int = 3
+    cap: float = 900.0
+    clock: object = time.monotonic
+    max_keys: int = 10000
+    _entries: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait(self, key: str) -> float:
+        """Seconds before ``key`` may try again (0 = now)."""
+        with self._lock:
+            until = self._entries.get(key, (0, 0.0))[1]
+            return max(0.0, until - self.clock())
+
+    def failed(self, key: str) -> float:
+        """Count a failure; the wait it earns."""
+        with self._lock:
+            failures, _ = self._entries.get(key, (0, 0.0))
+            failures += 1
+            delay = 0.0 if failures <= self.free else min(self.cap, 2.0 ** (failures - self.free))
+            self._entries[key] = (failures, self.clock() + delay)
+            if len(self._entries) > self.max_keys:
+                self._forget_expired()
+            return delay
+
+    def succeeded(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def _forget_expired(self) -> None:
+        """Bound memory: drop keys whose wait is over (then the oldest, if still too many)."""
+        now = self.clock()
+        self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
+        while len(self._entries) > self.max_keys:
+            self._entries.pop(next(iter(self._entries)))
+
+
+# -- the decision and the app hooks ---------------------------------------------------------
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address or a Host header's name) is this machine only."""
+    host = (host or "").strip().strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def password_required(mode: str, host: str) -> bool:
+    """none: never; password: always; auto: when the app listens beyond loopback."""
+    return mode == "password" or (mode == "auto" and not is_loopback(host))
+
+
+@dataclass
+class AuthState:
+    """What the hooks need, kept in ``app.extensions["harvey_auth"]``."""
+
+    required: bool
+    password: PasswordFile
+    per_client: Throttle = field(default_factory=Throttle)
+    everyone: Throttle = field(default_factory=lambda: Throttle(free=20, cap=60.0))
+    loopback_only: bool = False
+
+
+def init_app(app: Flask) -> None:
+    """Decide whether a password is needed, say so in the log, install the login gate.
+
+    Called by ``security.init_app`` before its CSRF check, so a signed-out
+    browser is sent to /login before anything else looks at its request.
+    """
+    config = app.extensions["harvey"].config
+    host = config.server.host
+    state = AuthState(required=password_required(config.auth, host),
+                      password=PasswordFile(config.data_path / PASSWORD_FILE),
+                      loopback_only=not password_required(config.auth, host) and is_loopback(host))
+    app.extensions["harvey_auth"] = state
+    app.permanent_session_lifetime = REMEMBER
+    app.register_blueprint(bp)
+    app.before_request(check_host)
+    app.before_request(require_login)
+    _log_decision(config, state)
+
+
+def _log_decision(config, state: AuthState) -> None:
+    """One start-up line that says whether a password protects the app, and why."""
+    host = config.server.host
+    if state.required and state.password.record():
+        log.info("Password required (auth: %s, listening on %s).", config.auth, host)
+    elif state.required:
+        log.warning("A password is required (auth: %s, listening on %s) but none is set: "
+                    "run `%s`. Until then only /healthz answers.", config.auth, host, SET_PASSWORD_HINT)
+    elif config.auth == "none" and not is_loopback(host):
+        log.warning("No password (auth: none) while listening on %s: anyone who can reach this port "
+                    "can use Harvey.", host)
+    else:
+        log.info("No password (auth: %s): listening on loopback %s only.", config.auth, host)
+
+
+def _state() -> AuthState:
+    return current_app.extensions["harvey_auth"]
+
+
+def check_host():
+    """Without a password, answer only to loopback names (blocks DNS rebinding).
+
+    A web page whose name is re-pointed at 127.0.0.1 would otherwise be "same
+    origin" with an app that asks no password.
+    """
+    if not _state().loopback_only:
+        return None
+    try:
+        name = urlsplit(f"//{request.host}").hostname or ""
+    except ValueError:
+        name = ""
+    if is_loopback(name):
+        return None
+    return _plain(400, "This Harvey answers only at localhost / 127.0.0.1. To serve it under another name, "
+                       "set a password (auth: password in harvey.yaml, then `harvey set-password`).")
+
+
+def require_login():
+    """Let a request through only with a cookie for the current password."""
+    state = _state()
+    if not state.required or request.endpoint in OPEN_ENDPOINTS:
+        return None
+    generation = state.password.generation()
+    if generation is None:
+        return _setup_needed()
+    if hmac.compare_digest(str(session.get("auth", "")), generation):
+        return None
+    return _to_login()
+
+
+def _is_htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _to_login():
+    """htmx: 401 with HX-Redirect (htmx navigates); a page load: 303 to /login."""
+    target = url_for("auth.login", next=_here())
+    if _is_htmx():
+        response = _plain(401, "Sign in first.")
+        response.headers["HX-Redirect"] = target
+        return response
+    return redirect(target, code=303)
+
+
+def _here() -> str:
+    """Where to come back to after signing in: the page the user was on."""
+    if _is_htmx():
+        return safe_next(urlsplit(request.headers.get("HX-Current-URL", "")).path or "/")
+    return safe_next(request.full_path.rstrip("?") if request.method == "GET" else "/")
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path on this site: never an absolute or protocol-relative URL."""
+    target = target or "/"
+    if not target.startswith("/") or target.startswith("//") or "\\" in target or any(
+            ord(c) < 32 for c in target):
+        return "/"
+    return target
+
+
+def _setup_needed():
+    """No password yet: every page says how to set one, and nothing else."""
+    if _is_htmx():
+        response = _plain(503, f"No password is set: run `{SET_PASSWORD_HINT}` on the server.")
+        response.headers["HX-Redirect"] = url_for("auth.login")
+        return response
+    return Response(render_template("auth/setup.html", hint=SET_PASSWORD_HINT), status=503)
+
+
+def _plain(status: int, message: str) -> Response:
+    """A short text answer for refusals made before any page is rendered."""
+    return Response(message + "\n", status=status, mimetype="text/plain")
+
+
+def _client() -> str:
+    return request.remote_addr or "unknown"
+
+
+# -- the pages ----------------------------------------------------------------------------
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    """The sign-in form; on success, remember this device for 180 days."""
+    state = _state()
+    if not state.required:
+        return redirect(url_for("chat.index"), code=303)
+    if state.password.generation() is None:
+        return _setup_needed()
+    next_url = safe_next(request.values.get("next"))
+    if request.method == "GET":
+        signed_in = hmac.compare_digest(str(session.get("auth", "")), state.password.generation())
+        return render_template("auth/login.html", next=next_url, signed_in=signed_in, message="")
+    wait = max(state.per_client.wait(_client()), state.everyone.wait("*"))
+    if wait > 0:
+        return _login_page(429, f"Too many wrong passwords: try again in {int(wait) + 1} seconds.",
+                           next_url, retry_after=wait)
+    if not state.password.verify(request.form.get("password", "")):
+        return _wrong_password(state, next_url)
+    state.per_client.succeeded(_client())
+    _remember(state.password.generation())
+    log.info("signed in from %s", _client())
+    return redirect(next_url, code=303)
+
+
+def _wrong_password(state: AuthState, next_url: str):
+    """401, and the wait this failure earned (the next try within it gets 429)."""
+    delay = max(state.per_client.failed(_client()), state.everyone.failed("*"))
+    log.warning("wrong password from %s", _client())
+    message = "Wrong password."
+    if delay:
+        message += f" Wait {int(delay)} seconds before trying again."
+    return _login_page(401, message, next_url, retry_after=delay or None)
+
+
+def _login_page(status: int, message: str, next_url: str, retry_after: float | None = None):
+    response = Response(render_template("auth/login.html", next=next_url, signed_in=False, message=message),
+                        status=status)
+    if retry_after:
+        response.headers["Retry-After"] = str(int(retry_after) + 1)
+    return response
+
+
+def _remember(generation: str) -> None:
+    """A fresh signed cookie: this password's generation and a new CSRF token."""
+    session.clear()
+    session["auth"] = generation
+    session["csrf"] = secrets.token_urlsafe(24)
+    session.permanent = True
+
+
+@bp.post("/logout")
+def logout():
+    """Forget this device (the CSRF check guards this POST like any other)."""
+    session.clear()
+    return redirect(url_for("auth.login"), code=303)
+
