@@ -223,6 +223,7 @@ def init_app(app: Flask) -> None:
                       password=PasswordFile(config.data_path / PASSWORD_FILE),
                       loopback_only=not password_required(config.auth, host) and is_loopback(host))
     app.extensions["harvey_auth"] = state
+    app.jinja_env.globals["password_protected"] = state.required   # pages offer "Sign out"
     app.permanent_session_lifetime = REMEMBER
     app.register_blueprint(bp)
     app.before_request(check_host)

@@ -267,7 +267,7 @@ def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = Fa
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     else:
         session = svc.store.append_scene(name, svc.store.turn_scene(turn))
-    log.info("message in %s not sent: %s", name, exc)
+    log.info("message in %s not sent: %s", name, getattr(exc, "kind", None) or getattr(exc, "title", "refused"))
     view = turn_view(len(session.turns) - 1, turn, turn.model)
     view.error = conversation.error_view(exc)
     return _fragment(session, view, turn.model)

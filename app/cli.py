@@ -72,7 +72,9 @@ def cmd_serve(config: Config, args) -> int:
     app = create_app(config)
     server = create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
                            channel_timeout=server_cfg.channel_timeout_s,
-                           connection_limit=server_cfg.connection_limit, ident="harvey")
+                           connection_limit=server_cfg.connection_limit, ident="harvey",
+                           # refuse an oversized body before waitress spools it to the SD card
+                           max_request_body_size=app.config["MAX_CONTENT_LENGTH"])
     log.info("Harvey Web %s listening on %s", _version(), _urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; Ollama at %s, model %s", config.sessions_path,
              config.workspace_path, config.ollama.url, config.ollama.model)

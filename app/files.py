@@ -49,9 +49,9 @@ def upload():
     try:
         saved = Workspace(svc.config.workspace_path).save_upload(upload.filename, data)
     except (WorkspaceError, OSError) as exc:
-        log.warning("upload refused: %s", exc)
+        log.warning("upload refused (%d bytes): %s", len(data), exc.__class__.__name__)
         flash(f"The upload was refused: {exc}", "error")
         return redirect(url_for("files.index", session=session), code=303)
-    log.info("uploaded %s (%d bytes) to the workspace", saved.name, saved.size)
+    log.info("uploaded a file of %d bytes to the workspace", saved.size)
     flash(f"Uploaded {saved.name} ({saved.size} bytes).", "ok")
     return redirect(url_for("files.index", session=session), code=303)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from flask import Blueprint, jsonify
 
 from . import __version__
@@ -16,12 +18,19 @@ def healthz():
     """Asked fresh on each call, so it recovers by itself when Ollama comes up."""
     svc = services()
     model = svc.config.ollama.model
-    body = {"version": __version__, "ollama": {"url": svc.client.url, "up": False},
+    body = {"version": __version__, "ollama": {"url": _without_credentials(svc.client.url), "up": False},
             "model": model, "model_installed": False}
     try:
         installed = svc.client.list_models()
         body["ollama"]["up"] = True
         body["model_installed"] = model in installed
     except OllamaError as exc:
-        body["ollama"]["error"] = str(exc)
+        body["ollama"]["error"] = exc.kind
     return jsonify(body)
+
+
+def _without_credentials(url: str) -> str:
+    """http://user:secret@host:port -> http://host:port: health checks are public."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))) \
+        if parts.username or parts.password else url
