@@ -218,3 +218,13 @@ def test_empty_and_running_messages(live, scripted):
     send(live, name, "first")
     assert live.post(f"/s/{name}/messages", data={"message": "second"}).status_code == 409
     live.services.replies.current(name).stop()
+
+
+def test_workspace_harvey_md_is_the_system_prompt(live, scripted):
+    workspace = live.services.config.workspace_path
+    (workspace / "HARVEY.md").write_text("You are Harvey. Always answer in French.")
+    name = live.open_session()
+    send(live, name, "hello")
+    follow_reply(live, name)
+    assert scripted.chats()[0].body["messages"][0] == {"role": "system",
+                                                       "content": "You are Harvey. Always answer in French."}
