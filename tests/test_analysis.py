@@ -419,3 +419,19 @@ def test_a_stale_page_following_an_unknown_job_is_told_to_close(setup):
     name = live.open_session()
     events = list(live.sse(f"/s/{name}/analysis/000000000000/events"))
     assert events == [("close", "", "0")]
+
+
+def test_one_job_at_a_time_the_next_waits_and_says_so(setup):
+    live, scripted, _ = setup
+    scripted.script = slow_maps(0.02)
+    first_session = live.open_session()
+    first, _ = start_job(live, first_session, "Summarize.")
+    second_session = live.services.store.create("tiny:1b").name
+    second, html = start_job(live, second_session, "Summarize too.")
+    assert second.state == "queued" and "Waiting for another analysis to finish" in html
+    wait_state(live, first, ("done",), timeout=60)
+    wait_state(live, second, ("done",), timeout=60)
+    chats = scripted.chats()
+    firsts = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize.\n")]
+    seconds = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize too.")]
+    assert max(firsts) < min(seconds)                     # never interleaved on the model
