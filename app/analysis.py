@@ -330,7 +330,7 @@ class JobRunner:
         try:
             return conversation.resolve_model(mentions[-1], installed), text
         except conversation.TurnRefused as exc:
-            raise JobError(f"{exc.detail} {exc.help}") from None
+            raise JobError(f"{exc} Install it with: ollama pull {mentions[-1]}") from None
 
     def decline(self, job: Job) -> None:
         """"no": back to the conversation; nothing is sent to any model."""

@@ -63,7 +63,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
             view.stopped = True
         elif body.startswith("reply: error:"):
             kind, _, detail = body.removeprefix("reply: error:").partition("—")
-            view.error = conversation.error_view(_ErrorKind(kind.strip(), detail.strip()))
+            view.error = conversation.error_view(kind.strip(), detail.strip())
             view.partial_kept = bool(turn.reply)
         elif body.startswith("notice:"):
             view.notices.append(body.removeprefix("notice:").strip())
@@ -76,14 +76,6 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
         elif body.startswith("model switch:"):
             view.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
     return view
-
-
-class _ErrorKind(OllamaError):
-    """An error read back from the session file, keeping its kind."""
-
-    def __init__(self, kind: str, detail: str):
-        super().__init__(detail)
-        self.kind = kind
 
 
 def _views(session: Session, default_model: str) -> list[TurnView]:
@@ -262,14 +254,14 @@ def send(name: str):
 def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = False):
     """Record the message with an error note and show the error card."""
     svc = services()
-    turn.notes.append(f"reply: error: {getattr(exc, 'kind', 'refused')} — {' '.join(str(exc).split())}")
+    turn.notes.append(f"reply: error: {exc.kind} — {' '.join(str(exc).split())}")
     if recorded:
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     else:
         session = svc.store.append_scene(name, svc.store.turn_scene(turn))
-    log.info("message in %s not sent: %s", name, getattr(exc, "kind", None) or getattr(exc, "title", "refused"))
+    log.info("message in %s not sent: %s", name, exc.kind)
     view = turn_view(len(session.turns) - 1, turn, turn.model)
-    view.error = conversation.error_view(exc)
+    view.error = conversation.error_view(exc.kind, str(exc))
     return _fragment(session, view, turn.model)
 
 

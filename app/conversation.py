@@ -27,11 +27,11 @@ MENTION_ANYWHERE = re.compile(r"(?<![\w@])@([\w.:/\-]*[\w])")
 
 
 class TurnRefused(Exception):
-    """The message cannot be sent; the text says why and what to do."""
+    """The message cannot be sent; ``kind`` names the error card (ERROR_TEXTS)."""
 
-    def __init__(self, title: str, detail: str, help: str = ""):
+    def __init__(self, kind: str, detail: str):
         super().__init__(detail)
-        self.title, self.detail, self.help = title, detail, help
+        self.kind = kind
 
 
 @dataclass
@@ -81,8 +81,7 @@ def resolve_model(name: str, installed: list[str]) -> str:
     if len(candidates) == 1:
         return candidates[0]
     choices = ", ".join(installed) or "none"
-    raise TurnRefused("Unknown model", f"'@{name}' is not an installed model.",
-                      f"Installed models: {choices}. Install it with: ollama pull {name}")
+    raise TurnRefused("unknown_model", f"'@{name}' is not an installed model. Installed models: {choices}.")
 
 
 def system_prompt(config, workspace: Path) -> str:
@@ -170,9 +169,8 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
     prompt = _with_files(text, prepared.files, prepared)
     prepared.messages = [{"role": "system", "content": system}, *history, {"role": "user", "content": prompt}]
     if prepared.estimate > budget.window:
-        raise TurnRefused("Message too long",
-                          f"This message needs about {prepared.estimate} tokens; the model's window is "
-                          f"{budget.window}.", "Shorten it, or name a file instead of pasting it.")
+        raise TurnRefused("too_long", f"This message needs about {prepared.estimate} tokens; the model's "
+                                      f"window is {budget.window}.")
     return prepared
 
 
@@ -243,16 +241,19 @@ ERROR_TEXTS = {
                 "The Pi may be busy or the model too large; try again or pick a smaller model."),
     "stream_error": ("The model failed mid-reply", "Try again; if it keeps failing, check the Ollama log."),
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
+    "unknown_model": ("Unknown model", "Use an installed model's name after @, or install it with ollama pull."),
+    "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),
 }
 
 
-def error_view(exc: Exception) -> dict:
-    """Plain words for an error card: what happened and what to do."""
-    if isinstance(exc, TurnRefused):
-        return {"title": exc.title, "detail": exc.detail, "help": exc.help}
-    title, help = ERROR_TEXTS.get(getattr(exc, "kind", ""),
-                                  ("Ollama returned an error", "Try again; check the Ollama log if it repeats."))
-    return {"title": title, "detail": str(exc), "help": help}
+def error_view(kind: str, detail: str) -> dict:
+    """Plain words for an error card: what happened and what to do.
+
+    Takes the kind and text (not the exception) because a card is also rebuilt
+    from the note a session file keeps.
+    """
+    title, help = ERROR_TEXTS.get(kind, ("Ollama returned an error", "Try again; check the Ollama log if it repeats."))
+    return {"title": title, "detail": detail, "help": help}
 
 
 def match_model(name: str | None, installed: list[str]) -> str | None:

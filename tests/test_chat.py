@@ -228,3 +228,12 @@ def test_workspace_harvey_md_is_the_system_prompt(live, scripted):
     follow_reply(live, name)
     assert scripted.chats()[0].body["messages"][0] == {"role": "system",
                                                        "content": "You are Harvey. Always answer in French."}
+
+
+def test_a_refusal_card_reads_the_same_after_a_reload(live):
+    name = live.open_session()
+    fragment = send(live, name, "@nosuch hello")
+    page = live.get(f"/s/{name}").text
+    for html in (fragment, page):
+        assert "Unknown model" in html and "is not an installed model. Installed models: tiny:1b, other:7b." in \
+            html.replace("&#39;", "'")
