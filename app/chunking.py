@@ -26,27 +26,28 @@ Algorithm
 3. **Pack** (seed 002).  Units go into the open chunk in reading order until the
    next one would pass the size.  Budgets are kept in UTF-8 bytes, so the test
    ``estimate_tokens(chunk.text) <= size_tokens`` holds exactly.
-4. **Split.**  A unit too large for a chunk is cut at the best boundary that
-   fits: paragraph, (list item,) sentence, line, clause, word; a cut inside a
-   word happens only when one word is larger than a whole chunk.  Code is cut
-   at blank lines, then lines.  A higher-level cut is taken only if it keeps at
-   least a quarter of the room, so a stray early paragraph break does not make
-   a near-empty chunk.
+4. **Split.**  A unit larger than a whole chunk is cut at the best boundary
+   that fits: paragraph, (list item,) sentence, line, clause, word; a cut
+   inside a word happens only when one word is larger than a whole chunk.
+   Code is cut at blank lines, then lines, then words.  A higher-level cut is
+   taken only if it keeps a quarter of the room, so a stray early paragraph
+   break does not make a near-empty chunk.  Such a unit starts in the open
+   chunk when a quarter of it is free (it is cut anyway).
 5. **Merge.**  A heading starts a new section.  If the open chunk holds fewer
    than ``min_tokens`` of its own text it carries on into the next section (the
    heading goes into the chunk text); otherwise the heading starts a new chunk.
-   A heading is never left alone at the end of a chunk when its first unit
-   follows it.
+   A heading stays with the first unit of its section unless the two together
+   are larger than a chunk.
 6. **Tables** never share a chunk with text.  A table that does not fit becomes
    row groups; each group repeats the header row, the first starts with the
    caption.
 7. **Overlap** (seed 000).  Each chunk (except around tables) starts with the
-   previous chunk's last paragraph (``paragraph``) or last sentence
-   (``sentence``), at most a quarter of the budget; a paragraph that is too long
-   shrinks to its last sentences.  A chunk that starts inside a section also
-   gets that section's heading line (``carry_heading``).  Both count toward the
-   size and are dropped when they would force a unit that fits on its own to be
-   cut.
+   previous chunk's last paragraph (``paragraph``; in source the last block)
+   or last sentence (``sentence``; in code the last line), at most a quarter
+   of the budget; a paragraph that is too long shrinks to its last sentences.
+   A chunk that starts inside a section also gets that section's heading line
+   (``carry_heading``).  Both count toward the size and are dropped when they
+   would force a unit that fits on its own to be cut.
 
 Offsets: ``[body_start, end)`` of consecutive chunks tile ``doc.text``;
 ``[start, body_start)`` is the overlap; ``chunk.text`` is ``prefix +
@@ -253,6 +254,8 @@ class ChunkPlan:
 
 
 class _Span(NamedTuple):
+    """A chunk before its text is built (plan_document needs no texts)."""
+
     start: int
     body_start: int
     end: int
@@ -351,10 +354,13 @@ def _normalise_newlines(text: str) -> str:
     return text
 
 
-def _content_hash(text: str) -> str:
-    """sha256 of the text, hashed in 1 MB slices to avoid a full-size copy."""
+def _content_hash(text: str, raw: bytes | None = None) -> str:
+    """sha256 of the text's UTF-8, in 64 KB slices to avoid a full-size copy;
+    ``raw`` (the file's bytes, known to equal it) is hashed as it is."""
+    if raw is not None:
+        return hashlib.sha256(raw).hexdigest()
     h = hashlib.sha256()
-    step = 1 << 20
+    step = 1 << 16
     for i in range(0, len(text), step):
         h.update(text[i:i + step].encode("utf-8", "surrogatepass"))
     return h.hexdigest()
@@ -368,18 +374,25 @@ def make_document(text: str, kind: str = "prose", settings: ChunkSettings | None
     HTML is reduced to text here, so ``kind="html"`` offsets point into the
     extracted text, not the markup.
     """
+    return _document(text, kind, settings, path, decode_note, None)
+
+
+def _document(text: str, kind: str, settings: ChunkSettings | None,
+              path: str | os.PathLike | None, note: str | None,
+              raw: bytes | None) -> Document:
+    """make_document, plus the file bytes when they equal the final text."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
     settings = settings or ChunkSettings()
     text = _normalise_newlines(text)
     if kind == "html":
         text = html_to_text(text)
-    chash = _content_hash(text)
+    chash = _content_hash(text, raw)
     fp = hashlib.sha256(f"{chash}|{kind}|{settings.fingerprint}".encode()).hexdigest()[:16]
     return Document(text=text, kind=kind, boundary=boundary_for_kind(kind),
                     path=None if path is None else os.fspath(path),
                     content_hash=chash, fingerprint=fp, settings=settings,
-                    decode_note=decode_note)
+                    decode_note=note)
 
 
 _TEXT_BYTES = bytes(range(32, 256)) + b"\t\n\r\f\b\x1b"
@@ -425,8 +438,10 @@ def read_document(path: str | os.PathLike, settings: ChunkSettings | None = None
     except OSError as exc:
         raise ChunkingError(f"{spath}: cannot read ({exc.strerror or exc})") from exc
     text, note = _decode(data, spath)
-    del data
-    return make_document(text, kind or kind_for_path(spath), settings, spath, note)
+    kind = kind or kind_for_path(spath)
+    same = (note is None and kind != "html" and not data.startswith(b"\xef\xbb\xbf")
+            and b"\r" not in data)          # then data == text.encode(): hash it directly
+    return _document(text, kind, settings, spath, note, data if same else None)
 
 
 # ---------------------------------------------------------------- HTML
@@ -762,6 +777,7 @@ class _Packer:
     """Greedy packer over tiled units; keeps byte counts so sizes are exact."""
 
     def __init__(self, text: str, settings: ChunkSettings, code_doc: bool) -> None:
+        """State of the one open chunk (``c_*``) plus the heading stack."""
         self.t = text
         self.ascii = text.isascii()
         self.budget = settings.max_bytes

@@ -333,8 +333,9 @@ def _synthetic_readme(seed=7) -> str:
         if sec % 3 == 0:
             parts.append(f"Table {sec}: measurements\n")
             rows = ["| name | value | note |", "|:---|---:|---|"]
-            rows += [f"| {r.choice(words)} | {r.randint(0, 9999)} | {' '.join(r.choice(words) for _ in range(r.randint(1, 12)))} |"
-                     for _ in range(r.randint(2, 150))]
+            for _ in range(r.randint(2, 150)):
+                note = " ".join(r.choice(words) for _ in range(r.randint(1, 12)))
+                rows.append(f"| {r.choice(words)} | {r.randint(0, 9999)} | {note} |")
             parts.append("\n".join(rows) + "\n")
         if sec % 4 == 1:
             parts.append("```sh\n" + "\n\n".join(f"echo {w}" for w in words) + "\n```\n")
@@ -499,7 +500,8 @@ def test_merge_small_sections():
 
 def test_heading_not_orphaned_and_carried():
     s = ChunkSettings(size_tokens=120, overlap="none")
-    text = "# Top\n\n## Part\n\n" + "\n\n".join("Sentence number %d is here." % i for i in range(80))
+    body = "\n\n".join("Sentence number %d is here." % i for i in range(80))
+    text = "# Top\n\n## Part\n\n" + body
     chunks = chunk_text(text, "markdown", s)
     assert chunks[0].heading_path == ("Top", "Part")
     for c in chunks[1:]:
@@ -617,6 +619,13 @@ def test_file_errors_and_decoding(tmp_path):
     assert doc.text == "# Title\n\nBody." and doc.decode_note is None
     assert chunks[0].heading_path == ("Title",)
     assert doc.path.endswith("u.md") and doc.kind == "markdown" and doc.fingerprint
+    # a file and the same text chunked directly give the same ids
+    for name, data in (("plain.md", "# T\n\nBody é.\n".encode()), ("u.md", None)):
+        if data is not None:
+            (tmp_path / name).write_bytes(data)
+        doc, chunks = chunk_file(tmp_path / name)
+        assert doc.content_hash == make_document(doc.text, "markdown").content_hash
+        assert [c.id for c in chunks] == [c.id for c in chunk_text(doc.text, "markdown")]
 
 
 HTML = """<!DOCTYPE html><html><head><title>T</title><style>p{}</style></head><body>
@@ -644,6 +653,21 @@ def test_html_extraction_and_tables(tmp_path):
     assert doc.kind == "html" and doc.text == text
     check_invariants(doc, chunks, s)
     assert any(c.kind == "table" and "| c | 2 |" in c.text for c in chunks)
+
+
+def test_html_odd_input():
+    assert html_to_text("\ud800<p>x</p>") == "\ufffd\n\nx\n"     # lone surrogate
+    assert html_to_text("index.html") == "index.html\n"             # no bs4 warning
+    assert html_to_text("<div>" * 3000 + "deep" + "</div>" * 3000) == "deep\n"
+    assert chunk_text("<html></html>", "html") == []
+
+
+def test_crlf_is_normalised_in_chunk_text():
+    text = "Line one.\r\n\r\nLine two.\rLine three."
+    doc = make_document(text, "prose")
+    assert doc.text == "Line one.\n\nLine two.\nLine three."
+    chunks = chunk_text(text, "prose")
+    assert chunks[-1].end == len(doc.text)
 
 
 def test_raw_html_table_in_markdown():
