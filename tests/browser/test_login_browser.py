@@ -6,16 +6,20 @@ import pytest
 
 from app.auth import set_password
 from browser.conftest import PHONE, axe_violations, no_horizontal_scroll, shot
+from conftest import make_config
 
 pytestmark = pytest.mark.browser
 
 
-def test_login_wrong_then_right_then_sign_out(tmp_path, scripted, make_live, page_for):
-    from conftest import make_config
-
+def protected_app(tmp_path, scripted, make_live, password):
+    """The app with auth: password and ``password`` set."""
     config = dataclasses.replace(make_config(tmp_path, scripted.url), auth="password")
-    set_password(config.data_path, "correct horse battery")
-    live = make_live(config)
+    set_password(config.data_path, password)
+    return config, make_live(config)
+
+
+def test_login_wrong_then_right_then_sign_out(tmp_path, scripted, make_live, page_for):
+    _, live = protected_app(tmp_path, scripted, make_live, "correct horse battery")
     page = page_for(PHONE)
     page.goto(live.url + "/")
     page.wait_for_selector("input[type=password]")
@@ -39,11 +43,7 @@ def test_login_wrong_then_right_then_sign_out(tmp_path, scripted, make_live, pag
 
 
 def test_after_a_password_change_sending_leads_back_to_login(tmp_path, scripted, make_live, page_for):
-    from conftest import make_config
-
-    config = dataclasses.replace(make_config(tmp_path, scripted.url), auth="password")
-    set_password(config.data_path, "first password")
-    live = make_live(config)
+    config, live = protected_app(tmp_path, scripted, make_live, "first password")
     page = page_for(PHONE)
     page.goto(live.url + "/")
     page.fill("#password", "first password")
