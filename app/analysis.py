@@ -37,6 +37,7 @@ from .events import Event, EventLog, last_event_id, sse_format
 from .ollama import ChatStream, OllamaError
 from .services import services
 from .sessions import SessionNotFound
+from .storage import atomic_write_text
 
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
@@ -121,15 +122,15 @@ class JobStore:
 
     def __init__(self, folder: Path):
         self.folder = folder
+        self._lock = threading.Lock()
         folder.mkdir(parents=True, exist_ok=True)
 
     def save(self, job: Job) -> None:
-        """Atomic write of the job's state."""
-        from .sessions import SessionStore
-
+        """Atomic write of the job's state (the worker and a request may both save)."""
         path = self.folder / job.id / "job.json"
-        path.parent.mkdir(exist_ok=True)
-        SessionStore.write_text(path, json.dumps(job.public(), indent=1))
+        with self._lock:
+            path.parent.mkdir(exist_ok=True)
+            atomic_write_text(path, json.dumps(job.public(), indent=1))
 
     def add_result(self, job: Job, result: ChunkResult) -> None:
         """Append one partial answer and fsync: a crash keeps every finished chunk."""
@@ -141,7 +142,8 @@ class JobStore:
 
     def remove(self, job: Job) -> None:
         """Forget a job whose outcome is in the session file: nothing left to recover."""
-        shutil.rmtree(self.folder / job.id, ignore_errors=True)
+        with self._lock:
+            shutil.rmtree(self.folder / job.id, ignore_errors=True)
 
     def load_all(self) -> list[Job]:
         jobs = []

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Config
+from .storage import atomic_write_text
 
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -204,9 +204,4 @@ class Calibration:
         with self._lock:
             text = json.dumps({"bytes_per_token": self._samples, "speed": self._speed})
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        atomic_write_text(self.path, text)

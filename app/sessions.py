@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import fountain
+from .storage import atomic_write_text, fsync_folder
 
 log = logging.getLogger(__name__)
 NAME_RE = re.compile(r"harvey-session-\d{8}-\d{6}(?:-\d+)?", re.ASCII)
@@ -145,22 +146,8 @@ class SessionStore:
 
     def _write(self, name: str, play: fountain.Screenplay) -> None:
         """Atomic write: a crash leaves the old file or the new one."""
-        self.write_text(self.path(name), fountain.dumps(play))
+        atomic_write_text(self.path(name), fountain.dumps(play))
         self._cache.pop(name, None)
-
-    @staticmethod
-    def write_text(path: Path, text: str) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -228,7 +215,7 @@ class SessionStore:
             name = f"harvey-session-{dated:%Y%m%d-%H%M%S}" if dated else ""
             if not valid_name(name) or self.path(name).exists():  # (year 999 prints as "999")
                 name = _free_name(self.folder, f"harvey-session-{now:%Y%m%d-%H%M%S}")
-            self.write_text(self.path(name), text)
+            atomic_write_text(self.path(name), text)
             self._cache.pop(name, None)
         return name
 
@@ -248,11 +235,7 @@ def _move(source: Path, target: Path) -> None:
     """Rename within one file system (atomic), then make both folders' entries durable."""
     os.replace(source, target)
     for folder in {source.parent, target.parent}:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_folder(folder)
 
 
 def _changed(path: Path) -> int:

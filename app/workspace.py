@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import atomic_write
+
 MAX_INDEXED_FILES = 5000
 # Words in a message that may name a file: something.ext or a/relative/path.
 MENTION_RE = re.compile(r"""(?<![\w@])((?:[\w.\-~]+/)*[\w\-~][\w.\-~]*\.[A-Za-z0-9]{1,8})(?![\w/])""")
@@ -109,13 +111,7 @@ class Workspace:
     def save_upload(self, filename: str, data: bytes) -> WorkspaceFile:
         """Store an uploaded file at the workspace's top level under a safe name."""
         name = safe_filename(filename)
-        path = self.root / name
-        tmp = self.root / f".{name}.upload"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        atomic_write(self.root / name, data)
         return self.resolve(name)
 
 
