@@ -53,6 +53,10 @@ ACTIVE = ("queued", "running", "cancelling", "synthesizing")
 RETRIES = 1
 
 
+def without_directive(instruction: str) -> str:
+    return conversation.MENTION_ANYWHERE.sub("", instruction).strip()
+
+
 class JobError(Exception):
     """The job cannot do what was asked; the message is for the card."""
 
@@ -96,6 +100,11 @@ class Job:
     results: dict[int, ChunkResult] = field(default_factory=dict, repr=False)
     synthesis: str = ""
     answer: str | None = None        # kept until it is in the session file
+
+    @property
+    def task(self) -> str:
+        """The instruction the model sees: the user's words without the @model directive."""
+        return without_directive(self.instruction)
 
     @property
     def done_count(self) -> int:
@@ -325,7 +334,7 @@ class JobRunner:
     def _route(self, instruction: str, default: str) -> tuple[str, str]:
         """``@name`` anywhere routes to that installed model; the directive is removed."""
         mentions = conversation.MENTION_ANYWHERE.findall(instruction)
-        text = conversation.MENTION_ANYWHERE.sub("", instruction).strip()
+        text = without_directive(instruction)
         if not mentions:
             return default, text
         installed = self.svc.client.list_models()
@@ -444,8 +453,7 @@ class JobRunner:
     def _map_one(self, job: Job, chunk: chunking.Chunk) -> None:
         """Run the instruction on one chunk; retry once; record the result."""
         self.log_for(job).append("progress", self._progress_html(job, current=chunk.index))
-        _, instruction = self._route_quiet(job)
-        prompt = f"{instruction}\n\n---\nChunk {chunk.index + 1} of {job.total}:\n{chunk.text}"
+        prompt = f"{job.task}\n\n---\nChunk {chunk.index + 1} of {job.total}:\n{chunk.text}"
         messages = [{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": prompt}]
         heading = " › ".join(chunk.heading_path)
         result = None
@@ -466,10 +474,6 @@ class JobRunner:
         self.store.add_result(job, result)
         self.log_for(job).append("partial", self._render("analysis/_partial.html", job=job, result=result))
         self.log_for(job).append("progress", self._progress_html(job))
-
-    def _route_quiet(self, job: Job) -> tuple[str, str]:
-        text = conversation.MENTION_ANYWHERE.sub("", job.instruction).strip()
-        return job.model, text
 
     def _call(self, job: Job, messages: list[dict], num_predict: int) -> str:
         """One model call with the chat's num_ctx; refuses anything over the window."""
@@ -497,7 +501,7 @@ class JobRunner:
         job.state = "synthesizing"
         self.store.save(job)
         self.log_for(job).append("progress", self._progress_html(job))
-        _, instruction = self._route_quiet(job)
+        instruction = job.task
         parts = [self._label(job, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
         missing = [i + 1 for i in range(job.total) if job.results.get(i) is None or job.results[i].status != "ok"]
         note = f"\nChunks with no answer (failed or not run): {_ranges(missing)}." if missing else ""
