@@ -275,26 +275,31 @@ class JobRunner:
 
     def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int) -> Job:
         """Plan the chunks of ``file`` for the card; nothing is sent to a model."""
-        config = self.svc.config
         from .workspace import Workspace
 
-        wf = Workspace(config.workspace_path).resolve(file)
-        facts = self.svc.client.show(model)
-        window = context_window(config, model, facts.context_length)
-        bpt = self.svc.calibration.bytes_per_token(model)
-        settings = self._settings(model, window, bpt, user_text)
-        doc = chunking.read_document(wf.path, settings)
-        plan = chunking.plan_document(doc)
+        wf = Workspace(self.svc.config.workspace_path).resolve(file)
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=wf.name, user_text=user_text,
-                  instruction=user_text, model=model, file_tokens=math.ceil(wf.size / bpt),
-                  remaining=remaining, chunks=plan.chunks, size_tokens=settings.size_tokens,
-                  boundary=doc.boundary, kind=doc.kind, fingerprint=doc.fingerprint, window=window,
-                  bytes_per_token=bpt, seconds_per_chunk=self._seconds_per_chunk(model, settings.size_tokens))
-        job.selected = job.chunks if job.chunks <= config.chunking.max_chunks else 0
+                  instruction=user_text, model=model, file_tokens=0, remaining=remaining, chunks=0,
+                  size_tokens=0, boundary="", kind="", fingerprint="", window=0, bytes_per_token=4.0)
+        self._plan(job, model)
+        job.file_tokens = math.ceil(wf.size / job.bytes_per_token)
         with self._lock:
             self.jobs[job.id] = job
         self.store.save(job)
         return job
+
+    def _plan(self, job: Job, model: str) -> None:
+        """Chunk plan for ``model``: its window and calibration decide the chunk size."""
+        config = self.svc.config
+        window = context_window(config, model, self.svc.client.show(model).context_length)
+        bpt = self.svc.calibration.bytes_per_token(model)
+        settings = self._settings(model, window, bpt, job.instruction)
+        doc = self._document(job, settings)
+        job.model, job.window, job.bytes_per_token = model, window, bpt
+        job.chunks, job.size_tokens = chunking.plan_document(doc).chunks, settings.size_tokens
+        job.boundary, job.kind, job.fingerprint = doc.boundary, doc.kind, doc.fingerprint
+        job.seconds_per_chunk = self._seconds_per_chunk(model, settings.size_tokens)
+        job.selected = job.chunks if job.chunks <= config.chunking.max_chunks else 0
 
     def _settings(self, model: str, window: int, bpt: float, instruction: str) -> chunking.ChunkSettings:
         """Chunk size from the config, shrunk if a map request would not fit the window."""
@@ -321,14 +326,18 @@ class JobRunner:
         model, text = self._route(instruction, job.model)
         if not text.strip():
             raise JobError("Write what to do with each chunk (or \"no\" to cancel).")
-        if job.chunks > self.svc.config.chunking.max_chunks:
+        if model != job.model:      # another window and calibration: plan the chunks again
+            chunks_before = job.chunks
+            self._plan(job, model)
+            if job.chunks != chunks_before and job.chunks > self.svc.config.chunking.max_chunks:
+                self.store.save(job)
+                raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
+        max_chunks = self.svc.config.chunking.max_chunks
+        if job.chunks > max_chunks:
             if scope not in ("all", "first"):
-                raise JobError(f"Choose whether to analyse all {job.chunks} chunks or only the first "
-                               f"{self.svc.config.chunking.max_chunks}.")
-            job.selected = job.chunks if scope == "all" else self.svc.config.chunking.max_chunks
-        if model != job.model:
-            job.window = context_window(self.svc.config, model, self.svc.client.show(model).context_length)
-        job.instruction, job.model, job.message = instruction, model, ""
+                raise JobError(f"Choose whether to analyse all {job.chunks} chunks or only the first {max_chunks}.")
+            job.selected = job.chunks if scope == "all" else max_chunks
+        job.instruction, job.message = instruction, ""
         self._enqueue(job)
 
     def _route(self, instruction: str, default: str) -> tuple[str, str]:
@@ -577,12 +586,14 @@ class JobRunner:
                     {"role": "user", "content": self._reduce_prompt(instruction, parts, note)}]
         return self._call(job, messages, reply_tokens)
 
-    def _document(self, job: Job) -> chunking.Document:
+    def _document(self, job: Job, settings: chunking.ChunkSettings | None = None) -> chunking.Document:
+        """The job's file read with the job's settings (or new ones while planning)."""
         from .workspace import Workspace
 
         wf = Workspace(self.svc.config.workspace_path).resolve(job.file)
-        settings = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=self.svc.config.chunking.overlap,
-                                          bytes_per_token=job.bytes_per_token)
+        settings = settings or chunking.ChunkSettings(size_tokens=job.size_tokens,
+                                                      overlap=self.svc.config.chunking.overlap,
+                                                      bytes_per_token=job.bytes_per_token)
         return chunking.read_document(wf.path, settings)
 
     # -- the session record ---------------------------------------------------------------

@@ -435,3 +435,16 @@ def test_one_job_at_a_time_the_next_waits_and_says_so(setup):
     firsts = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize.\n")]
     seconds = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize too.")]
     assert max(firsts) < min(seconds)                     # never interleaved on the model
+
+
+def test_routing_to_a_model_with_a_smaller_window_plans_the_chunks_again(setup):
+    live, scripted, _ = setup
+    scripted.models["other:7b"] = 2048
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize. @other:7b", scope="all")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=60))
+    assert job.state == "done" and job.window == 2048 and job.size_tokens < 1500
+    chats = scripted.chats()
+    assert {c.body["model"] for c in chats} == {"other:7b"} and {c.num_ctx for c in chats} == {2048}
+    assert all(c.refused is None for c in chats)
+    assert all(r.status == "ok" for r in job.results.values())
