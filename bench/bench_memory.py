@@ -1,0 +1,205 @@
+"""Item 4: resident memory of `harvey serve`, idle and at its peak during a 20-chunk analysis.
+
+Run from the repository root:  python bench/bench_memory.py [--runs 5] [--imports]
+
+Per run, in a fresh temporary folder:
+1. the scripted Ollama server runs in its own process (``python tests/scripted_ollama.py
+   --port N --delay 0.004``: it echoes the prompt's last 200 characters in 4-character
+   pieces, ~0.2 s per request);
+2. ``python -m app.cli serve --config harvey.yaml`` runs as a subprocess (the real entry
+   point: waitress, 8 threads, loopback, no password), pointed at it;
+3. "started": VmRSS once the port answers /healthz;
+4. "idle": a browser-like first load (GET / -> the chat page, then its CSS and JS), 2 s
+   pause, VmRSS;
+5. the user's message names a Markdown file of 20 chunks (about 79 KB), the alert card
+   comes back, POST .../start, the SSE progress stream is read to the end while a thread
+   samples VmRSS every 5 ms;
+6. "peak": VmHWM (the kernel's high-water mark of RSS) after the run; "after": VmRSS 2 s later.
+
+Everything is read from /proc/<pid>/status of the serve process.  Median of ``--runs``.
+
+``--imports``: also prints where the idle memory goes: VmRSS of a bare interpreter, then
+after importing each third-party dependency, the app's modules, and create_app().
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from _harness import ROOT, header, median, rss_kb, synthetic_markdown, table
+
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, path: str = "/", timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1.0)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing answers on port {port}")
+
+
+def one_run(document: str) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-memory-"))
+    ollama_port, app_port = free_port(), free_port()
+    (tmp / "workspace").mkdir()
+    (tmp / "workspace" / "big.md").write_text(document)
+    (tmp / "harvey.yaml").write_text(
+        f"ollama:\n  url: http://127.0.0.1:{ollama_port}\n  model: tiny:1b\n"
+        f"workspace: {tmp / 'workspace'}\nsessions_dir: {tmp / 'sessions'}\ndata_dir: {tmp / 'data'}\n"
+        f"user_name: bench\nserver:\n  host: 127.0.0.1\n  port: {app_port}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OLLAMA_HOST", None)
+    env.pop("HARVEY_MODEL", None)
+    ollama = subprocess.Popen([PYTHON, str(ROOT / "tests" / "scripted_ollama.py"), "--port", str(ollama_port),
+                               "--delay", "0.004"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = None
+    try:
+        wait_port(ollama_port)
+        serve = subprocess.Popen([PYTHON, "-m", "app.cli", "serve", "--config", str(tmp / "harvey.yaml")],
+                                 cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(app_port, "/healthz")
+        started, _ = rss_kb(serve.pid)
+        base = f"http://127.0.0.1:{app_port}"
+        with httpx.Client(base_url=base, timeout=30.0, follow_redirects=True) as http:
+            page = http.get("/")
+            token = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(page.text)).group(1)
+            for asset in re.findall(r'(?:href|src)="(/static/[^"]+)"', page.text):
+                http.get(asset)
+            name = page.url.path.rsplit("/", 1)[-1]
+            time.sleep(2)
+            idle, _ = rss_kb(serve.pid)
+            headers = {"X-CSRF-Token": token, "HX-Request": "true"}
+            card = http.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}, headers=headers).text
+            job = re.search(r"/analysis/([0-9a-f]+)/start", card).group(1)
+            chunks = int(re.search(r"(\d+) chunks", html.unescape(card)).group(1))
+            samples: list[int] = []
+            done = threading.Event()
+
+            def sample():
+                while not done.is_set():
+                    samples.append(rss_kb(serve.pid)[0])
+                    time.sleep(0.005)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            http.post(f"/s/{name}/analysis/{job}/start", data={"instruction": "Summarize each section."},
+                      headers=headers)
+            t0 = time.monotonic()
+            events = []
+            with http.stream("GET", f"/s/{name}/analysis/{job}/events", timeout=120) as response:
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        events.append(line[6:].strip())
+            seconds = time.monotonic() - t0
+            done.set()
+            sampler.join()
+            _, peak = rss_kb(serve.pid)
+            partials = events.count("partial")
+            assert partials == chunks == 20, (partials, chunks)
+            time.sleep(2)
+            after, _ = rss_kb(serve.pid)
+        return {"started": started, "idle": idle, "peak": peak, "sampled_max": max(samples), "after": after,
+                "seconds": seconds}
+    finally:
+        for proc in (serve, ollama):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+IMPORT_PROBE = r"""
+import os
+def rss():
+    for line in open(f"/proc/{os.getpid()}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+print("bare interpreter", rss())
+for name in ("yaml", "markupsafe", "jinja2", "werkzeug", "flask", "httpx", "waitress", "markdown_it", "bs4"):
+    __import__(name)
+    print(f"+ import {name}", rss())
+import app.analysis, app.chat, app.sessions_views, app.auth  # the app's own modules (+ what they import)
+print("+ app modules", rss())
+from app import create_app
+from app.config import Config, OllamaConfig
+import tempfile
+tmp = tempfile.mkdtemp()
+create_app(Config(ollama=OllamaConfig(url="http://127.0.0.1:9"), workspace=tmp + "/w", sessions_dir=tmp + "/s",
+                  data_dir=tmp + "/d"))
+print("+ create_app()", rss())
+"""
+
+
+def import_costs() -> list[list]:
+    """VmRSS step by step while importing the app's dependencies, then the app (median of 3)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([PYTHON, "-c", IMPORT_PROBE], env=env, cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+        runs.append([line.rsplit(" ", 1) for line in out.strip().splitlines()])
+    steps = []
+    previous = 0
+    for i, (label, _) in enumerate(runs[0]):
+        value = median([int(run[i][1]) for run in runs])
+        steps.append([label, f"{value / 1024:.1f} MB", f"+{(value - previous) / 1024:.1f} MB" if i else ""])
+        previous = value
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--imports", action="store_true", help="also show where the idle memory goes")
+    args = parser.parse_args()
+    document = synthetic_markdown(13)      # 78,888 bytes: 20 chunks at 1,500 tokens with paragraph overlap
+    print(header("Memory of harvey serve (item 4)",
+                 f"python bench/bench_memory.py --runs {args.runs}" + (" --imports" if args.imports else "")))
+    results = [one_run(document) for _ in range(args.runs)]
+    mb = lambda key: f"{median([r[key] for r in results]) / 1024:.1f} MB"  # noqa: E731
+    spread = lambda key: (f"{min(r[key] for r in results) / 1024:.1f}–"  # noqa: E731
+                          f"{max(r[key] for r in results) / 1024:.1f}")
+    print(f"Median of {args.runs} runs (fresh process each); analysis of {len(document):,} bytes in 20 chunks "
+          f"took {median([r['seconds'] for r in results]):.1f} s.\n")
+    print(table(["state", "RSS (median)", "min–max (MB)", "goal"], [
+        ["started, no request yet (VmRSS)", mb("started"), spread("started"), ""],
+        ["idle after the first page load (VmRSS)", mb("idle"), spread("idle"), "< 60 MB"],
+        ["peak during the 20-chunk analysis (VmHWM)", mb("peak"), spread("peak"), "< 100 MB"],
+        ["highest 5-ms sample during the analysis (VmRSS)", mb("sampled_max"), spread("sampled_max"), ""],
+        ["2 s after the analysis (VmRSS)", mb("after"), spread("after"), ""],
+    ]))
+    if args.imports:
+        steps = import_costs()
+        print("\nWhere the idle memory goes (VmRSS of a fresh interpreter after each step, median of 3):\n")
+        print(table(["step", "VmRSS", "added"], steps))
+
+
+if __name__ == "__main__":
+    main()
