@@ -28,6 +28,7 @@ def create_app(config=None, *, services=None):
     config = config or Config()
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_upload_mb * 1024 * 1024 + 64 * 1024
+    app.config["SEND_FILE_MAX_AGE_DEFAULT"] = 3600   # static files: no re-check on every page load
     app.extensions["harvey"] = services or Services.from_config(config)
     app.extensions["harvey"].extra["app"] = app  # background workers render with it
     security.init_app(app)

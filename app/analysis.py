@@ -42,8 +42,8 @@ from .storage import atomic_write_text
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
 
-MAP_SYSTEM = ("You are analysing one chunk of a longer document. Answer the instruction using only the text of "
-              "this chunk. If the chunk has nothing relevant, say so in one line. Be concise.")
+MAP_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
+              "If nothing in it is relevant, say so in one line.")
 REDUCE_SYSTEM = ("You combine partial answers, each written from one chunk of a longer document, into one answer "
                  "to the user's instruction. Keep what matters, merge repeats, and say if parts are missing.")
 OVERFLOW_TEXT = ('Context overflow: {file} is approximately {tokens:,} tokens;\n{remaining:,} tokens remain in '
@@ -500,9 +500,7 @@ class JobRunner:
                 self._current_stream = None
         if stream.cancelled:
             raise OllamaError("cancelled")
-        if stream.final is not None:
-            self.svc.calibration.observe(job.model, messages, stream.final.prompt_eval_count)
-            self.svc.calibration.observe_speed(job.model, stream.final)
+        self.svc.calibration.observe(job.model, messages, stream.final)
         return text.strip()
 
     def _reduce(self, job: Job) -> None:

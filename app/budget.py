@@ -151,8 +151,20 @@ class Calibration:
         with self._lock:
             return len(self._samples.get(model, []))
 
-    def observe(self, model: str, messages: list[dict], prompt_eval_count: int | None) -> str | None:
-        """Learn from one finished call; returns a warning on silent truncation."""
+    def observe(self, model: str, messages: list[dict], final) -> str | None:
+        """Learn from one finished call (bytes per token and speed) and save once.
+
+        Returns a warning when the counts show the server cut the prompt.
+        """
+        if final is None:
+            return None
+        warning = self._learn_size(model, messages, final.prompt_eval_count)
+        self._learn_speed(model, final)
+        self._save()
+        return warning
+
+    def _learn_size(self, model: str, messages: list[dict], prompt_eval_count: int | None) -> str | None:
+        """One bytes-per-token sample, unless the call was too small or cut."""
         if not prompt_eval_count:
             return None
         size = sum(len((m.get("content") or "").encode()) for m in messages)
@@ -169,7 +181,6 @@ class Calibration:
             samples = self._samples.setdefault(model, [])
             samples.append(observed)
             del samples[:-SAMPLES_KEPT]
-        self._save()
         return None
 
     def speed(self, model: str) -> tuple[float, float] | None:
@@ -177,7 +188,7 @@ class Calibration:
         with self._lock:
             return self._speed.get(model)
 
-    def observe_speed(self, model: str, final) -> None:
+    def _learn_speed(self, model: str, final) -> None:
         """Keep a smoothed reading speed and writing speed from Ollama's durations."""
         if not (final and final.prompt_eval_count and final.prompt_eval_duration
                 and final.eval_count and final.eval_duration):
@@ -187,7 +198,6 @@ class Calibration:
         with self._lock:
             old = self._speed.get(model)
             self._speed[model] = now if old is None else tuple(0.7 * o + 0.3 * n for o, n in zip(old, now))
-        self._save()
 
     def _load(self) -> None:
         try:

@@ -279,8 +279,7 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
     def on_finish(gen):
         notes = conversation.reply_notes(gen.status, gen.error)
         if gen.final is not None:
-            svc.calibration.observe_speed(prepared.model, gen.final)
-            warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final.prompt_eval_count)
+            warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final)
             if warning:
                 notes.append(f"notice: {warning}")
         done = conversation.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, notes)

@@ -43,7 +43,7 @@ Algorithm
    caption.
 7. **Overlap** (seed 000).  Each chunk (except around tables) starts with the
    previous chunk's last paragraph (``paragraph``; in source the last block)
-   or last sentence (``sentence``; in code the last line), at most a quarter
+   or last sentence (``sentence``; in code the last line), at most a fifteenth
    of the budget; a paragraph that is too long shrinks to its last sentences.
    A chunk that starts inside a section also gets that section's heading line
    (``carry_heading``).  Both count toward the size and are dropped when they
@@ -79,11 +79,11 @@ __all__ = [
 ]
 
 CHUNKER_NAME = "harvey-web.chunking"
-CHUNKER_VERSION = 1      # bump when the same input would give other chunks
+CHUNKER_VERSION = 2      # bump when the same input would give other chunks
 TABLE_RULES = 1          # bump when table rendering / grouping rules change
 KINDS = ("prose", "markdown", "html", "source")
 OVERLAP_MODES = ("paragraph", "sentence", "none")
-OVERLAP_SHARE = 4        # overlap is at most budget // 4
+OVERLAP_SHARE = 15       # overlap is at most budget // 15 (keeps a whole run under 1.15x the document)
 HEADING_SHARE = 8        # a carried heading is at most budget // 8
 MIN_BUDGET_BYTES = 16    # below this not even a short word fits
 

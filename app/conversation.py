@@ -146,8 +146,7 @@ def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fount
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
     messages = [{"role": "system", "content": COMPACT_PROMPT}, {"role": "user", "content": transcript}]
     summary, final = svc.client.chat_text(model, messages, num_ctx=budget.window, options={"num_predict": 300})
-    if final is not None:
-        svc.calibration.observe(model, messages, final.prompt_eval_count)
+    svc.calibration.observe(model, messages, final)
     return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
                          notes=[f"compact: {len(older)} earlier turns replaced by this summary from {model}"
                                 + (f"; the {left_out} oldest did not fit the summary request" if left_out else "")])

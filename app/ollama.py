@@ -27,6 +27,9 @@ from typing import Iterator
 import httpx
 
 
+MODELS_MAX_AGE_S = 5.0
+
+
 class OllamaError(Exception):
     """Base class: something went wrong talking to Ollama."""
 
@@ -191,6 +194,7 @@ class OllamaClient:
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._http = httpx.Client(base_url=self.url, timeout=self._timeout)
         self._facts: dict[str, ModelFacts] = {}
+        self._models: tuple[float, list[str]] | None = None
         self._facts_lock = threading.Lock()
 
     def close(self) -> None:
@@ -223,11 +227,20 @@ class OllamaClient:
         _raise_for(response)
         return response.json().get("version", "")
 
-    def list_models(self) -> list[str]:
-        """Names of the installed models, as `/api/tags` gives them."""
+    def list_models(self, max_age: float = MODELS_MAX_AGE_S) -> list[str]:
+        """Names of the installed models, as `/api/tags` gives them.
+
+        A page asks two or three times; one answer serves for a few seconds.
+        Failures are never kept, so a server coming up is seen at once.
+        """
+        cached = self._models
+        if cached and time.monotonic() - cached[0] < max_age:
+            return list(cached[1])
         response = self._request("GET", "/api/tags", timeout=10.0)
         _raise_for(response)
-        return [m.get("name") or m.get("model") for m in response.json().get("models", [])]
+        names = [m.get("name") or m.get("model") for m in response.json().get("models", [])]
+        self._models = (time.monotonic(), names)
+        return list(names)
 
     def show(self, model: str) -> ModelFacts:
         """Facts about a model from `/api/show`, cached per model name."""

@@ -74,6 +74,7 @@ def main() -> None:
     from app import demo_server
     from app.budget import Calibration, estimate_messages
     from app.config import Config
+    from app.ollama import ChatFinal
     from app.ollama import OllamaClient
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -117,7 +118,7 @@ def main() -> None:
         if len(keys) > 1:   # interleave, as a session that alternates between prose and code would
             pairs = [p for group in zip(*(counts[k] for k in keys)) for p in group]
         for messages, truth in pairs:
-            warning = cal.observe(MODEL, messages, truth)
+            warning = cal.observe(MODEL, messages, ChatFinal(prompt_eval_count=truth))
             assert warning is None, warning
         return cal.bytes_per_token(MODEL)
 

@@ -141,6 +141,7 @@ class ScriptedOllama:
 def _handler_for(server: ScriptedOllama):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True   # as Ollama: small answers go out at once, not after 40 ms
 
         def log_message(self, *args):  # keep test output quiet
             pass

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:       # run from anywhere, app/ may be a namespace
     sys.path.insert(0, str(ROOT))
 
 from app.chunking import (  # noqa: E402
-    BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
+    OVERLAP_SHARE, BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
     chunk_document, chunk_file, chunk_text, estimate_tokens, html_to_text,
     kind_for_path, make_document, plan_file, plan_text,
 )
@@ -396,10 +396,16 @@ def test_book_length_plain_text(tmp_path):
     # packing: chunks are reasonably full (seed 000 recombines short paragraphs)
     full = [c for c in chunks[:-1] if c.tokens >= 0.75 * s.size_tokens]
     assert len(full) >= 0.9 * (len(chunks) - 1)
-    # paragraph overlap: each chunk starts with the previous chunk's last paragraph
+    # paragraph overlap: each chunk starts with the previous chunk's last paragraph,
+    # or, when that paragraph is over the overlap cap, with its last sentences
+    cap = s.max_bytes // OVERLAP_SHARE
     for prev, c in zip(chunks, chunks[1:]):
         assert c.start < c.body_start
-        assert doc.text[c.start - 2:c.start] == "\n\n" or c.start == prev.body_start
+        last_paragraph = doc.text.rfind("\n\n", prev.body_start, prev.end - 2) + 2
+        if len(doc.text[last_paragraph:prev.end].encode()) <= cap:
+            assert c.start == last_paragraph
+        else:
+            assert re.fullmatch(r"[.!?]\s", doc.text[c.start - 2:c.start]) and c.start > last_paragraph
     assert plan_file(path, s).chunks == len(chunks)
 
 
@@ -516,7 +522,7 @@ def test_overlap_modes():
     paras = ["First sentence of %d. Second sentence of %d." % (i, i) for i in range(60)]
     text = "\n\n".join(paras)
     for mode in ("paragraph", "sentence", "none"):
-        s = ChunkSettings(size_tokens=60, overlap=mode)
+        s = ChunkSettings(size_tokens=200, overlap=mode)
         chunks = chunk_text(text, "prose", s)
         check_invariants(make_document(text, "prose", s), chunks, s)
         for prev, c in zip(chunks, chunks[1:]):
@@ -528,7 +534,7 @@ def test_overlap_modes():
                 assert carried.rstrip() == last_para
             else:
                 assert carried.startswith("Second sentence of")
-            assert c.text.startswith(carried) and c.tokens <= 60
+            assert c.text.startswith(carried) and c.tokens <= 200
 
 
 def test_overlap_never_forces_a_cut():

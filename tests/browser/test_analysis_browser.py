@@ -40,7 +40,7 @@ def test_alert_card_edit_start_progress_and_answer(app_with_big_file, page_for):
     wait_until(page, "/Processing chunk [2-9]/.test(document.querySelector('.progress-card .stage')?.textContent)")
     first = page.locator(".progress-card .stage").text_content()
     wait_until(page, "document.querySelectorAll('.progress-card details.partial').length >= 3")
-    assert re.search(r"Processing chunk \d+/18", first) or "Processed" in first
+    assert re.search(r"Processing chunk \d+/\d+", first) or "Processed" in first
     shot(page, "progress-card-phone")
     assert axe_violations(page) == []
     no_horizontal_scroll(page)
