@@ -71,18 +71,8 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 # -- documents ----------------------------------------------------------------------------
 
-PARAGRAPH = ("The methodology section describes a three-phase experiment with careful controls, "
-             "and the results are discussed at length with tables and figures. ")
-
-
-def synthetic_markdown(sections: int, paragraphs: int = 10) -> str:
-    """The test suite's big.md shape (tests/test_analysis.py), with more sections."""
-    parts = []
-    for s in range(sections):
-        parts.append(f"## Section {s + 1}\n")
-        for p in range(paragraphs):
-            parts.append(f"Paragraph {s + 1}.{p + 1}. " + PARAGRAPH * 4 + "\n")
-    return "\n".join(parts)
+from test_analysis import PARAGRAPH  # noqa: E402,F401  (the test suite's big.md, shared)
+from test_analysis import big_markdown as synthetic_markdown  # noqa: E402,F401
 
 
 def pydoc_markdown(limit_bytes: int) -> str:
