@@ -4,6 +4,11 @@
 # Extra arguments go to `harvey serve` (e.g. --host 0.0.0.0 --port 8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! python3 -c "import ensurepip, venv" 2>/dev/null; then   # Debian and Raspberry Pi OS split venv out
+  echo "Installing python3-venv..."
+  if [ "$(id -u)" -eq 0 ]; then apt-get update -qq && apt-get install -y -qq python3-venv;
+  else sudo apt-get update -qq && sudo apt-get install -y -qq python3-venv; fi
+fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[demo]'

@@ -10,6 +10,7 @@ apt_install() {
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)   # split out on Debian
 if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
