@@ -69,6 +69,24 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(out)
 
 
+def write_serve_config(folder: Path, ollama_url: str, port: int) -> Path:
+    """A harvey.yaml for a `harvey serve` subprocess whose folders all live in ``folder``."""
+    path = folder / "harvey.yaml"
+    path.write_text(
+        f"ollama:\n  url: {ollama_url}\n  model: tiny:1b\nworkspace: {folder / 'workspace'}\n"
+        f"sessions_dir: {folder / 'sessions'}\ndata_dir: {folder / 'data'}\nuser_name: bench\n"
+        f"server:\n  host: 127.0.0.1\n  port: {port}\n")
+    return path
+
+
+def serve_env() -> dict:
+    """The environment for that subprocess: this checkout, no Ollama overrides from the shell."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OLLAMA_HOST", None)
+    env.pop("HARVEY_MODEL", None)
+    return env
+
+
 # -- documents ----------------------------------------------------------------------------
 
 from test_analysis import PARAGRAPH  # noqa: E402,F401  (the test suite's big.md, shared)
@@ -240,14 +258,9 @@ class Served:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        (folder / "harvey.yaml").write_text(
-            f"ollama:\n  url: {ollama_url}\n  model: tiny:1b\nworkspace: {folder / 'workspace'}\n"
-            f"sessions_dir: {folder / 'sessions'}\ndata_dir: {folder / 'data'}\nuser_name: bench\n"
-            f"server:\n  host: 127.0.0.1\n  port: {self.port}\n")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("OLLAMA_HOST", None)
-        env.pop("HARVEY_MODEL", None)
-        command = [sys.executable, "-m", "app.cli", "serve", "--config", str(folder / "harvey.yaml")]
+        config = write_serve_config(folder, ollama_url, self.port)
+        command = [sys.executable, "-m", "app.cli", "serve", "--config", str(config)]
+        env = serve_env()
         self.proc = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import httpx
 
-from _harness import ROOT, header, median, rss_kb, synthetic_markdown, table
+from _harness import (ROOT, fit_to_chunks, header, median, rss_kb, serve_env, synthetic_markdown, table,
+                      write_serve_config)
 
 PYTHON = sys.executable
 
@@ -66,13 +67,8 @@ def one_run(document: str) -> dict:
     ollama_port, app_port = free_port(), free_port()
     (tmp / "workspace").mkdir()
     (tmp / "workspace" / "big.md").write_text(document)
-    (tmp / "harvey.yaml").write_text(
-        f"ollama:\n  url: http://127.0.0.1:{ollama_port}\n  model: tiny:1b\n"
-        f"workspace: {tmp / 'workspace'}\nsessions_dir: {tmp / 'sessions'}\ndata_dir: {tmp / 'data'}\n"
-        f"user_name: bench\nserver:\n  host: 127.0.0.1\n  port: {app_port}\n")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("OLLAMA_HOST", None)
-    env.pop("HARVEY_MODEL", None)
+    write_serve_config(tmp, f"http://127.0.0.1:{ollama_port}", app_port)
+    env = serve_env()
     ollama = subprocess.Popen([PYTHON, str(ROOT / "tests" / "scripted_ollama.py"), "--port", str(ollama_port),
                                "--delay", "0.004"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     serve = None
@@ -179,7 +175,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--imports", action="store_true", help="also show where the idle memory goes")
     args = parser.parse_args()
-    document = synthetic_markdown(13)      # 78,888 bytes: 20 chunks at 1,500 tokens with paragraph overlap
+    document, _ = fit_to_chunks(synthetic_markdown, 20, "markdown", 10, 60)   # exactly 20 chunks
     print(header("Memory of harvey serve (item 4)",
                  f"python bench/bench_memory.py --runs {args.runs}" + (" --imports" if args.imports else "")))
     results = [one_run(document) for _ in range(args.runs)]
