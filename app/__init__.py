@@ -21,8 +21,12 @@ def create_app(config=None, *, services=None):
     """
     from flask import Flask
 
-    from . import analysis, chat, files, health, security, sessions_views
+    from . import files, health, security
+    from .analysis import views as analysis_views
+    from .chat import views as chat_views
+    from .sessions import views as sessions_views
     from .config import Config
+    from .errors import HarveyError
     from .services import Services
 
     config = config or Config()
@@ -32,6 +36,25 @@ def create_app(config=None, *, services=None):
     app.extensions["harvey"] = services or Services.from_config(config)
     app.extensions["harvey"].extra["app"] = app  # background workers render with it
     security.init_app(app)
-    for module in (health, chat, files, analysis, sessions_views):
+    app.register_error_handler(HarveyError, _harvey_error)
+    for module in (health, chat_views, files, analysis_views, sessions_views):
         app.register_blueprint(module.bp)
     return app
+
+
+def _harvey_error(exc):
+    """Any ``HarveyError`` a view lets through: its status and its message, logged once.
+
+    The clear page or htmx fragment comes from the same handler as ``abort``.
+    """
+    import logging
+
+    from werkzeug.exceptions import HTTPException
+
+    from .security import error_page
+
+    logging.getLogger("harvey.web").info("refused (%s, %s): %s", exc.kind, exc.status, exc)
+    http = HTTPException(description=str(exc) or None)
+    http.code = exc.status
+    http.name = {400: "Bad Request", 404: "Not Found", 409: "Conflict", 502: "Bad Gateway"}.get(exc.status, "Error")
+    return error_page(http)

@@ -69,6 +69,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, NamedTuple
 
+from .errors import DocumentError
+
 __all__ = [
     "CHUNKER_NAME", "CHUNKER_VERSION", "TABLE_RULES", "KINDS", "OVERLAP_MODES",
     "ChunkingError", "DocumentNotFoundError", "BinaryDocumentError",
@@ -105,7 +107,7 @@ SOURCE_EXTENSIONS = frozenset({
 
 # ---------------------------------------------------------------- errors
 
-class ChunkingError(Exception):
+class ChunkingError(DocumentError):
     """Base class: the document cannot be chunked (the app shows the message)."""
 
 

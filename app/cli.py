@@ -91,7 +91,7 @@ def cmd_serve(config: Config, args) -> int:
 
 def _start_demo(config: Config):
     """Start the bundled SmolLM2 behind the Ollama API; point the config at it."""
-    from .demo_server import DemoServer, DemoUnavailable
+    from harvey_demo.server import DemoServer, DemoUnavailable
 
     try:
         demo = DemoServer(model_name=DEMO_MODEL)

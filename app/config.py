@@ -20,8 +20,7 @@ from pathlib import Path
 import yaml
 
 
-class ConfigError(Exception):
-    """harvey.yaml cannot be used; the message says where and why."""
+from .errors import ConfigError  # noqa: E402,F401 (the config's error lives in the one tree)
 
 
 @dataclass(frozen=True)

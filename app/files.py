@@ -7,7 +7,7 @@ import logging
 from flask import Blueprint, abort, flash, get_flashed_messages, redirect, render_template, request, url_for
 
 from .services import services
-from .sessions import valid_name
+from .sessions.names import valid_name
 from .workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)

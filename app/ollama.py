@@ -26,11 +26,13 @@ from typing import Iterator
 
 import httpx
 
+from .errors import ModelError
+
 
 MODELS_MAX_AGE_S = 5.0
 
 
-class OllamaError(Exception):
+class OllamaError(ModelError):
     """Base class: something went wrong talking to Ollama."""
 
     kind = "error"
@@ -40,18 +42,21 @@ class OllamaUnreachable(OllamaError):
     """Nothing answers at the configured URL (Ollama not running?)."""
 
     kind = "unreachable"
+    transient = True
 
 
 class OllamaTimeout(OllamaError):
     """Ollama accepted the request but did not answer in time."""
 
     kind = "timeout"
+    transient = True
 
 
 class ModelNotFound(OllamaError):
     """The model is not installed on that Ollama."""
 
     kind = "model_not_found"
+    status = 404
 
     def __init__(self, model: str, detail: str = ""):
         self.model = model
@@ -68,6 +73,7 @@ class StreamError(OllamaError):
     """The reply broke off: an error line or a dropped connection mid-stream."""
 
     kind = "stream_error"
+    transient = True
 
 
 class OllamaHTTPError(OllamaError):

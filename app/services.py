@@ -29,9 +29,9 @@ class Services:
     @classmethod
     def from_config(cls, config: Config) -> "Services":
         """Build every service; creates the data folders, reads nothing else."""
-        from .analysis import JobRunner
-        from .replies import Replies
-        from .sessions import SessionStore
+        from .analysis.runner import JobRunner
+        from .chat.replies import Replies
+        from .sessions.store import SessionStore
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)

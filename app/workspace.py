@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import Refused
 from .storage import atomic_write
 
 MAX_INDEXED_FILES = 5000
@@ -19,7 +20,7 @@ MAX_INDEXED_FILES = 5000
 MENTION_RE = re.compile(r"""(?<![\w@])((?:[\w.\-~]+/)*[\w\-~][\w.\-~]*\.[A-Za-z0-9]{1,8})(?![\w/])""")
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(Refused):
     """A file the user named cannot be used; the message says why."""
 
 

@@ -2,7 +2,7 @@
 
 Run from the repository root:  python bench/bench_budget.py
 
-The real small model: SmolLM2-135M-Instruct behind Ollama's API (app.demo_server.DemoServer,
+The real small model: SmolLM2-135M-Instruct behind Ollama's API (harvey_demo.server.DemoServer,
 threads=1), with its own tokenizer and chat template.  Each prompt is sent the way the app
 sends a chat turn: [system: the default system prompt, user: the text], num_ctx 8192,
 num_predict 1, through app.ollama.OllamaClient; the truth is the final line's
@@ -71,7 +71,7 @@ def prompts(names: tuple[str, ...], sizes: tuple[int, ...]) -> list[tuple[str, s
 
 
 def main() -> None:
-    from app import demo_server
+    from harvey_demo import server as demo_server
     from app.budget import Calibration, estimate_messages
     from app.config import Config
     from app.ollama import ChatFinal

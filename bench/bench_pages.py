@@ -66,8 +66,8 @@ watch -n 5 vcgencmd measure_temp
 
 def write_long_session(sessions: Path, turns: int) -> str:
     """A 1,000-turn session file written with the app's own store and Fountain writer."""
-    from app import fountain
-    from app.sessions import SessionStore
+    from app.sessions import fountain
+    from app.sessions.store import SessionStore
 
     store = SessionStore(sessions, user_name="bench", workspace="/srv/harvey/workspace")
     from pydoc_data.topics import topics

@@ -40,7 +40,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import create_app, fountain  # noqa: E402
+from app import create_app
+from app.sessions import fountain  # noqa: E402
 from app.config import Config, OllamaConfig, ServerConfig  # noqa: E402
 
 SECTION = "## Session pages"

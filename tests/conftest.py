@@ -154,7 +154,7 @@ def require(available: bool, why: str):
 @pytest.fixture(scope="session")
 def demo_model():
     """The real SmolLM2-135M behind the Ollama API, shared by the real-model tests."""
-    from app import demo_server
+    from harvey_demo import server as demo_server
 
     require(demo_server.model_available(), demo_server.INSTALL_HINT)
     with demo_server.DemoServer(threads=1) as server:

@@ -11,7 +11,7 @@ import pytest
 
 from fountain import FountainParser
 
-from app import fountain
+from app.sessions import fountain
 from app.budget import estimate_messages
 from conftest import make_config
 from scripted_ollama import Reply

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app import fountain
+from app.sessions import fountain
 from app.budget import Budget, Calibration, estimate_messages, fit_history, new_budget
 from app.config import Config, ModelConfig
 from conftest import make_config

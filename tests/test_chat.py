@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from app import fountain
+from app.sessions import fountain
 from conftest import make_config
 from scripted_ollama import Reply
 

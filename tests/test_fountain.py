@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from jouvence.document import TYPE_CHARACTER, TYPE_DIALOG
 from jouvence.parser import JouvenceParser
 
-from app import fountain as spmd
+from app.sessions import fountain as spmd
 
 DATA = Path(__file__).parent / "data" / "spmd"
 WHEN = datetime(2026, 6, 27, 10, 4, 0)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app import fountain, ollama
+from app import ollama
+from app.sessions import fountain
 from app.config import ChunkingConfig
 from conftest import make_config
 

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 from bs4 import BeautifulSoup
 
-from app import fountain, sessions
+from app.sessions import fountain, index as sessions
+from app.sessions.names import valid_name
 from conftest import make_config
 from scripted_ollama import ScriptedOllama
 
@@ -453,7 +454,7 @@ def test_import_names_come_from_the_date_else_now(live):
     response = upload(live, HARVEY_FILE.encode(), "../../outside.spmd")
     assert response.status_code in (200, 400)                           # refused, or stored under our name
     assert not [f for f in files_in(store.folder.parent) if f not in before and not f.startswith("sessions/")]
-    assert all(sessions.valid_name(n) for n in store.names())
+    assert all(valid_name(n) for n in store.names())
 
 
 BAD_IMPORTS = [

@@ -29,18 +29,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
+from flask import render_template
 
-from . import chunking, conversation, fountain
-from .budget import MESSAGE_OVERHEAD_TOKENS, context_window, estimate_messages, estimate_tokens
-from .events import Event, EventLog, last_event_id, sse_format
-from .ollama import ChatStream, OllamaError
-from .services import services
-from .sessions import SessionNotFound
-from .storage import atomic_write_text
+from .. import chunking
+from ..budget import context_window, estimate_messages, estimate_tokens
+from ..chat import prepare as conversation
+from ..errors import Refused
+from ..events import EventLog
+from ..ollama import ChatStream, OllamaError
+from ..sessions import fountain, notes
+from ..sessions.store import SessionNotFound
+from ..storage import atomic_write_text
 
 log = logging.getLogger(__name__)
-bp = Blueprint("analysis", __name__)
 
 MAP_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
               "If nothing in it is relevant, say so in one line.")
@@ -57,7 +58,7 @@ def without_directive(instruction: str) -> str:
     return conversation.MENTION_ANYWHERE.sub("", instruction).strip()
 
 
-class JobError(Exception):
+class JobError(Refused):
     """The job cannot do what was asked; the message is for the card."""
 
 
@@ -265,9 +266,9 @@ class JobRunner:
         turn.harvey = OVERFLOW_TEXT.format(file=wf.name, tokens=job.file_tokens, remaining=job.remaining)
         if len(prepared.overflow) > 1:
             others = ", ".join(f.name for f in prepared.overflow[1:])
-            turn.notes.append(f"notice: also too large for the context: {others} (analyse them from the file list)")
+            turn.notes.append(notes.notice(f"also too large for the context: {others} (analyse them from the file list)"))
         self.svc.store.replace_last_scene(session.name, self.svc.store.turn_scene(turn))
-        from .chat import turn_view
+        from ..chat.views import turn_view  # FIXME(layout): domain must not import a view
 
         view = turn_view(index, turn, prepared.model)
         view.alert = job
@@ -275,7 +276,7 @@ class JobRunner:
 
     def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int) -> Job:
         """Plan the chunks of ``file`` for the card; nothing is sent to a model."""
-        from .workspace import Workspace
+        from ..workspace import Workspace
 
         wf = Workspace(self.svc.config.workspace_path).resolve(file)
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=wf.name, user_text=user_text,
@@ -586,7 +587,7 @@ class JobRunner:
 
     def _document(self, job: Job, settings: chunking.ChunkSettings | None = None) -> chunking.Document:
         """The job's file read with the job's settings (or new ones while planning)."""
-        from .workspace import Workspace
+        from ..workspace import Workspace
 
         wf = Workspace(self.svc.config.workspace_path).resolve(job.file)
         settings = settings or chunking.ChunkSettings(size_tokens=job.size_tokens,
@@ -627,7 +628,7 @@ class JobRunner:
     def _record_decline(self, job: Job) -> None:
         session = self.svc.store.load(job.session)
         turn = session.turns[job.turn]
-        turn.notes.append("chunk analysis declined: back to the conversation, nothing was sent to the model")
+        turn.notes.append(notes.declined())
         self.svc.store.replace_last_scene(job.session, self.svc.store.turn_scene(turn))
 
     # -- progress events -----------------------------------------------------------------
@@ -670,139 +671,3 @@ def _ranges(numbers: list[int]) -> str:
         else:
             spans.append([n, n])
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
-
-
-# -- views ---------------------------------------------------------------------------------
-
-def _job(name: str, job_id: str) -> Job:
-    try:
-        job = services().jobs.get(job_id)
-    except KeyError:
-        abort(404, description="There is no such analysis.")
-    if job.session != name:
-        abort(404, description="There is no such analysis.")
-    return job
-
-
-def _turn_html(job: Job) -> str:
-    from .chat import turn_fragment
-
-    return turn_fragment(job.session, job.turn)
-
-
-@bp.post("/s/<name>/analysis/<job_id>/start")
-def start(name: str, job_id: str):
-    """Start with the user's instruction, or decline on "no"."""
-    job = _job(name, job_id)
-    runner = services().jobs
-    instruction = request.form.get("instruction", "")
-    if job.state not in ("proposed", "interrupted"):
-        return _turn_html(job)
-    if instruction.strip().lower() == "no":
-        runner.decline(job)
-        return _turn_html(job)
-    try:
-        runner.start(job, instruction, request.form.get("scope", ""))
-    except (JobError, OllamaError) as exc:
-        job.message = str(exc)
-        job.instruction = instruction
-    return _turn_html(job)
-
-
-@bp.post("/s/<name>/analysis/<job_id>/decline")
-def decline(name: str, job_id: str):
-    job = _job(name, job_id)
-    if job.state == "proposed":
-        services().jobs.decline(job)
-    return _turn_html(job)
-
-
-@bp.post("/s/<name>/analysis/<job_id>/cancel")
-def cancel(name: str, job_id: str):
-    services().jobs.cancel(_job(name, job_id))
-    return Response("", status=204)
-
-
-@bp.post("/s/<name>/analysis/<job_id>/after-cancel")
-def after_cancel(name: str, job_id: str):
-    job = _job(name, job_id)
-    if job.state == "choose":
-        services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes")
-    return _turn_html(job)
-
-
-@bp.post("/s/<name>/analysis/<job_id>/resume")
-def resume(name: str, job_id: str):
-    job = _job(name, job_id)
-    if job.state == "interrupted":
-        try:
-            services().jobs.resume(job)
-        except (JobError, chunking.ChunkingError, OSError) as exc:
-            job.message = str(exc)
-    return _turn_html(job)
-
-
-@bp.get("/s/<name>/analysis/<job_id>/events")
-def events(name: str, job_id: str):
-    """SSE: progress and partial answers, replayed after Last-Event-ID, then the new card.
-
-    An unknown job (a stale page after a restart) gets a stream that just closes:
-    a 404 would make the browser's EventSource retry for ever.
-    """
-    job = services().jobs.jobs.get(job_id)
-    if job is None or job.session != name:
-        return Response(sse_format(Event(0, "close", "")), mimetype="text/event-stream")
-    log_ = services().jobs.log_for(job)
-    after = last_event_id(request.headers, request.args)
-
-    def stream():
-        if job.state not in ACTIVE and not log_.closed:
-            yield sse_format(Event(log_.last_id, "state", _turn_html(job)))   # nothing running to follow
-            yield sse_format(Event(log_.last_id, "close", ""))
-            return
-        for event in log_.follow(after):
-            if event is not None and event.name == "state":
-                yield sse_format(Event(event.id, "state", _turn_html(job)))
-                yield sse_format(Event(event.id, "close", ""))
-                return
-            yield sse_format(event)
-        yield sse_format(Event(log_.last_id, "close", ""))
-
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-@bp.post("/s/<name>/analysis/direct")
-def direct(name: str):
-    """Analyse a workspace file directly (the terminal Harvey's /read-chunks)."""
-    svc = services()
-    try:
-        session = svc.store.load(name)
-    except SessionNotFound:
-        abort(404, description="There is no such session.")
-    if svc.jobs.busy(name) or svc.replies.running(name):
-        abort(409, description="This session is busy; wait for the reply or analysis to finish.")
-    file = request.form.get("file", "")
-    from .chat import session_model
-    from .workspace import WorkspaceError
-
-    from .chat import status_for
-
-    model = session_model(session)
-    turn = fountain.Turn(when=conversation.now(), user_text=f"/read-chunks {file}", model=model)
-    try:
-        remaining = status_for(session, model)["remaining"] or 0
-        job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining)
-    except (WorkspaceError, chunking.ChunkingError, OllamaError) as exc:
-        abort(400, description=str(exc))
-    turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
-    svc.store.append_scene(name, svc.store.turn_scene(turn))
-    return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
-
-
-@bp.app_context_processor
-def _card_context() -> dict:
-    """What the analysis card needs in any page that shows one."""
-    runner = services().jobs
-    return {"config_chunking": services().config.chunking, "now_ts": time.time,
-            "job_log_id": lambda job: runner.log_for(job).last_id}

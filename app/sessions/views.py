@@ -22,9 +22,11 @@ from flask import (Blueprint, Response, abort, flash, get_flashed_messages, redi
 from markupsafe import Markup
 
 from . import fountain
-from .render import markdown
-from .services import services
-from .sessions import SUFFIX, Session, SessionNotFound, valid_name
+from ..errors import Refused
+from ..render import markdown
+from ..services import services
+from .names import SUFFIX, valid_name
+from .store import Session, SessionNotFound
 
 log = logging.getLogger(__name__)
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
@@ -44,7 +46,7 @@ def _warm_index(state) -> None:
     threading.Thread(target=index.warm, name="session-index-warm-up", daemon=True).start()
 
 
-class ImportRefused(Exception):
+class ImportRefused(Refused):
     """An upload that cannot become a session; the text tells the user why."""
 
 

@@ -1043,14 +1043,14 @@ class DemoServer:
 
 
 # --------------------------------------------------------------------------
-# Command line: python -m app.demo_server --host 127.0.0.1 --port 11434
+# Command line: python -m harvey_demo.server --host 127.0.0.1 --port 11434
 # --------------------------------------------------------------------------
 
 
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options for running the demo server in the foreground."""
     parser = argparse.ArgumentParser(
-        prog="python -m app.demo_server",
+        prog="python -m harvey_demo.server",
         description="Serve SmolLM2-135M behind Ollama's HTTP API (Harvey's demo model).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=11434, help="0 picks a free port")

@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from . import chunking, fountain
-from .budget import Budget, estimate_messages, fit_history, new_budget
-from .ollama import ChatFinal, OllamaError
-from .workspace import Workspace, WorkspaceFile
+from .. import chunking
+from ..errors import Refused
+from ..budget import Budget, estimate_messages, fit_history, new_budget
+from ..ollama import ChatFinal, OllamaError
+from ..sessions import fountain, notes
+from ..workspace import Workspace, WorkspaceFile
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +28,11 @@ MENTION_AT_START = re.compile(r"^\s*@([\w.:/\-]+)\s*")
 MENTION_ANYWHERE = re.compile(r"(?<![\w@])@([\w.:/\-]*[\w])")
 
 
-class TurnRefused(Exception):
+class TurnRefused(Refused):
     """The message cannot be sent; ``kind`` names the error card (ERROR_TEXTS)."""
 
     def __init__(self, kind: str, detail: str):
-        super().__init__(detail)
-        self.kind = kind
+        super().__init__(detail, kind=kind)
 
 
 @dataclass
@@ -126,11 +127,7 @@ def compacted_turns(turn: fountain.Turn) -> int | None:
     """For a compact note: how many history entries before it the summary replaces."""
     if turn.user_text is not None or not turn.harvey:
         return None
-    for note in turn.notes:
-        found = re.match(r"compact: (\d+) ", note)
-        if found:
-            return int(found.group(1))
-    return None
+    return notes.compacted(turn.notes)
 
 
 def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fountain.Turn | None:
@@ -148,8 +145,7 @@ def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fount
     summary, final = svc.client.chat_text(model, messages, num_ctx=budget.window, options={"num_predict": 300})
     svc.calibration.observe(model, messages, final)
     return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
-                         notes=[f"compact: {len(older)} earlier turns replaced by this summary from {model}"
-                                + (f"; the {left_out} oldest did not fit the summary request" if left_out else "")])
+                         notes=[notes.compact(len(older), model, left_out)])
 
 
 def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
@@ -266,15 +262,14 @@ def match_model(name: str | None, installed: list[str]) -> str | None:
 def reply_notes(status: str, error: OllamaError | None) -> list[str]:
     """Session-file notes for a reply that did not end normally."""
     if status == "stopped":
-        return ["reply: stopped by the user"]
+        return [notes.stopped()]
     if status == "error" and error is not None:
-        detail = " ".join(str(error).split())
-        return [f"reply: error: {getattr(error, 'kind', 'error')} — {detail}"]
+        return [notes.error(getattr(error, "kind", "error"), str(error))]
     return []
 
 
 def finished_turn(base: fountain.Turn, text: str, final: ChatFinal | None, backend: str, model: str,
-                  notes: list[str]) -> fountain.Turn:
+                  extra_notes: list[str]) -> fountain.Turn:
     """The turn with its reply, stats line and notes, ready to record."""
     stats = None
     if final is not None:
@@ -282,7 +277,7 @@ def finished_turn(base: fountain.Turn, text: str, final: ChatFinal | None, backe
                                     final.seconds)
     reply = text if (text or final is not None) else None
     return fountain.Turn(when=base.when, user_text=base.user_text, model=model, reply=reply, stats=stats,
-                         notes=[*base.notes, *notes])
+                         notes=[*base.notes, *extra_notes])
 
 
 def now() -> datetime:

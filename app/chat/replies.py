@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .events import EventLog
-from .ollama import ChatFinal, ChatStream, OllamaError
+from ..events import EventLog
+from ..ollama import ChatFinal, ChatStream, OllamaError
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,15 @@ from flask import (Blueprint, Response, abort, redirect, render_template, reques
                    stream_with_context, url_for)
 from markupsafe import Markup, escape
 
-from . import conversation, fountain
-from .budget import fit_history, new_budget
-from .conversation import TurnRefused
-from .events import Event, sse_format
-from .ollama import OllamaError
-from .render import markdown
-from .services import services
-from .sessions import Session, SessionNotFound
+from ..budget import fit_history, new_budget
+from ..events import Event, sse_format
+from ..ollama import OllamaError
+from ..render import markdown
+from ..services import services
+from ..sessions import fountain, notes
+from ..sessions.store import Session, SessionNotFound
+from . import prepare
+from .prepare import TurnRefused
 
 log = logging.getLogger(__name__)
 bp = Blueprint("chat", __name__)
@@ -52,29 +53,16 @@ class TurnView:
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
     """Read a recorded turn's notes back into what the page shows."""
-    model_name = conversation.match_model(turn.model, list(installed)) or default_model
+    model_name = prepare.match_model(turn.model, list(installed)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
                     stats=turn.stats or "", harvey_text=turn.harvey or "", analysis=turn.analysis)
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply)
-    for note in turn.notes:
-        body = note.strip().removeprefix("[[").removesuffix("]]").strip()
-        if body.startswith("reply: stopped"):
-            view.stopped = True
-        elif body.startswith("reply: error:"):
-            kind, _, detail = body.removeprefix("reply: error:").partition("—")
-            view.error = conversation.error_view(kind.strip(), detail.strip())
-            view.partial_kept = bool(turn.reply)
-        elif body.startswith("notice:"):
-            view.notices.append(body.removeprefix("notice:").strip())
-        elif body.startswith("offer-chunks:"):
-            view.offers = [f.strip() for f in body.removeprefix("offer-chunks:").split(",") if f.strip()]
-        elif body.startswith("compact:"):
-            view.notices.append(f"Compacted: {body.removeprefix('compact:').strip()}.")
-        elif body.startswith("chunk analysis declined"):
-            view.notices.append("Chunk analysis declined: nothing was sent to the model.")
-        elif body.startswith("model switch:"):
-            view.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
+    read = notes.read(turn.notes)
+    view.stopped, view.notices, view.offers = read.stopped, read.notices, read.offers
+    if read.error:
+        view.error = prepare.error_view(*read.error)
+        view.partial_kept = bool(turn.reply)
     return view
 
 
@@ -106,7 +94,7 @@ def session_model(session: Session, installed: list[str] | None = None) -> str:
         if turn.model:
             if installed is None:
                 installed, _ = _models()
-            return conversation.match_model(turn.model, installed)
+            return prepare.match_model(turn.model, installed)
     return services().config.ollama.model
 
 
@@ -122,8 +110,8 @@ def status_for(session: Session, model: str) -> dict:
         status["problem"] = str(exc)
         return status
     budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
-    fit_history(budget, conversation.system_prompt(svc.config, svc.config.workspace_path),
-                conversation.history_turns(session.turns))
+    fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
+                prepare.history_turns(session.turns))
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
                   low=budget.low, components=dict(budget.components))
     return status
@@ -220,27 +208,27 @@ def send(name: str):
             return Response(turn_fragment(name, pending.turn),
                             headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
     model = request.form.get("model") or session_model(session)
-    turn = fountain.Turn(when=conversation.now(), user_text=text, model=model, reply=None)
+    turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
     try:
         installed = svc.client.list_models()
-        mentioned, rest = conversation.split_model_mention(text, installed)
+        mentioned, rest = prepare.split_model_mention(text, installed)
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc)
     if mentioned and mentioned != model:
-        turn.notes.append(fountain.model_switch_note(mentioned, svc.store.backend, turn.when))
+        turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
     turn.model = model = mentioned or model
     session = svc.store.append_scene(name, svc.store.turn_scene(turn))
     index = len(session.turns) - 1
     try:
-        prepared = conversation.prepare(svc, session.turns[:-1], rest, model)
+        prepared = prepare.prepare(svc, session.turns[:-1], rest, model)
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc, recorded=True)
-    notices = [f"notice: {n}" for n in prepared.notices]
+    notices = [notes.notice(n) for n in prepared.notices]
     if notices:
         turn.notes.extend(notices)
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     if prepared.skipped:
-        turn.notes.append(f"offer-chunks: {', '.join(prepared.skipped)}")
+        turn.notes.append(notes.offer_chunks(prepared.skipped))
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     if prepared.overflow:
         view = svc.jobs.overflow(session, index, turn, prepared)
@@ -254,14 +242,14 @@ def send(name: str):
 def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = False):
     """Record the message with an error note and show the error card."""
     svc = services()
-    turn.notes.append(f"reply: error: {exc.kind} — {' '.join(str(exc).split())}")
+    turn.notes.append(notes.error(exc.kind, str(exc)))
     if recorded:
         session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     else:
         session = svc.store.append_scene(name, svc.store.turn_scene(turn))
     log.info("message in %s not sent: %s", name, exc.kind)
     view = turn_view(len(session.turns) - 1, turn, turn.model)
-    view.error = conversation.error_view(exc.kind, str(exc))
+    view.error = prepare.error_view(exc.kind, str(exc))
     return _fragment(session, view, turn.model)
 
 
@@ -277,12 +265,12 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
         gen.events.append("piece", str(escape(piece)))
 
     def on_finish(gen):
-        notes = conversation.reply_notes(gen.status, gen.error)
+        done_notes = prepare.reply_notes(gen.status, gen.error)
         if gen.final is not None:
             warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final)
             if warning:
-                notes.append(f"notice: {warning}")
-        done = conversation.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, notes)
+                done_notes.append(notes.notice(warning))
+        done = prepare.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, done_notes)
         try:
             svc.store.replace_last_scene(name, svc.store.turn_scene(done))
         finally:
@@ -300,7 +288,7 @@ def compact(name: str):
         abort(409, description="Wait for the reply or analysis to finish before compacting.")
     model = session_model(session)
     try:
-        note = conversation.compact(svc, session.turns, model)
+        note = prepare.compact(svc, session.turns, model)
     except OllamaError as exc:
         abort(502, description=f"The summary could not be made: {exc}")
     if note is None:

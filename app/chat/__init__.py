@@ -1,0 +1,1 @@
+"""Chat: prepare a turn (``prepare``), generate its reply in the background (``replies``), the page (``views``)."""

@@ -1,0 +1,107 @@
+"""The session list's index: one summary per file, re-parsed only when the file changed.
+
+The files stay the truth; this is a cache keyed by (mtime, size) that the list
+and its search read, so listing hundreds of sessions does not parse hundreds of
+files per request on a Pi.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from . import fountain
+from .names import SUFFIX, valid_name
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class Summary:
+    """What the session list shows of one file, plus its plain text for search."""
+
+    name: str
+    title: str
+    date: str
+    models: list[str]
+    turns: int
+    analysis: bool
+    size: int
+    key: tuple[int, int]          # (mtime_ns, size): the file is re-read when this changes
+    text: str                     # casefolded words of the whole screenplay
+
+
+class SessionIndex:
+    """Summaries of every session file, re-parsing only files whose mtime or size changed.
+
+    Listing hundreds of sessions must not parse hundreds of files per request
+    on a Pi; one ``scandir`` with a stat per file decides what is stale.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self._lock = threading.Lock()
+        self._entries: dict[str, Summary] = {}
+        self.warmed = threading.Event()
+
+    def warm(self) -> None:
+        """Parse every file once in the background at start, so the first visit to the list is fast too.
+
+        Any failure is only logged: the next list request scans again and reports it.
+        """
+        try:
+            self.entries()
+        except Exception:  # noqa: BLE001 - a warm-up must never take a thread down
+            log.warning("session list warm-up failed", exc_info=True)
+        finally:
+            self.warmed.set()
+
+    def entries(self) -> list[Summary]:
+        """Every session, newest first (names sort by their timestamp)."""
+        with self._lock:
+            fresh: dict[str, Summary] = {}
+            with os.scandir(self.folder) as it:
+                for entry in it:
+                    name = entry.name.removesuffix(SUFFIX)
+                    if name == entry.name or not valid_name(name) or not entry.is_file():
+                        continue
+                    st = entry.stat()
+                    key = (st.st_mtime_ns, st.st_size)
+                    old = self._entries.get(name)
+                    fresh[name] = old if old and old.key == key else _summarize(name, Path(entry.path), key)
+            self._entries = fresh
+        return sorted(fresh.values(), key=lambda s: s.name, reverse=True)
+
+    def search(self, query: str) -> list[Summary]:
+        """Sessions whose text holds every word of ``query`` (case-insensitive)."""
+        words = query.casefold().split()
+        return [s for s in self.entries() if all(w in s.text for w in words)]
+
+
+def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
+    """Parse one file into its list entry (called only when the file changed)."""
+    play = fountain.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    turns = fountain.turns(play)
+    models = list(dict.fromkeys(t.model for t in turns if t.model))
+    if not models and play.title_page.get("Model"):
+        models = [play.title_page["Model"]]
+    page = play.title_page
+    words = [*page.values()]
+    for scene in play.scenes:
+        words.append(scene.heading)
+        words += [f"{el.character}\n{el.text}" for el in scene.elements]
+    return Summary(name=name, title=page.get("Title", "Harvey Session"), date=page.get("Date") or _name_date(name),
+                   models=models, turns=len(turns), analysis=any(fountain.read_chunk_scene(s) for s in play.scenes),
+                   size=key[1], key=key, text="\n".join(words).casefold())
+
+
+def _name_date(name: str) -> str:
+    """The date a Harvey file name carries, for files without a title page Date."""
+    stamp = name.removeprefix("harvey-session-")[:15]
+    try:
+        return datetime.strptime(stamp, "%Y%m%d-%H%M%S").strftime(fountain.TS_FORMAT)
+    except ValueError:
+        return ""

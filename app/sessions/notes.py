@@ -1,0 +1,110 @@
+"""Every ``[[note]]`` the app writes into a turn, built and read in this one module.
+
+A note is how a session file remembers what is not dialogue: a reply that was
+stopped or failed, a notice shown in the chat, files offered for analysis, a
+compaction, a declined analysis, a model switch. The page, the history sent to
+the model and a reload after a crash all read notes back through ``read``, so
+the words written and the words parsed can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .fountain import model_switch_note  # noqa: F401 (Harvey's own note; built by the codec)
+
+STOPPED = "reply: stopped by the user"
+INTERRUPTED = "reply: interrupted"
+DECLINED = "chunk analysis declined: back to the conversation, nothing was sent to the model"
+_COMPACT = re.compile(r"compact: (\d+) ")
+
+
+def stopped() -> str:
+    return STOPPED
+
+
+def error(kind: str, detail: str) -> str:
+    """A reply that failed: the error card's kind and its text, on one line."""
+    return f"reply: error: {kind} — {' '.join(str(detail).split())}"
+
+
+def interrupted(reason: str) -> str:
+    """A reply cut off by a shutdown or a crash: what arrived is kept, Re-send is offered."""
+    return f"{INTERRUPTED} — {' '.join(reason.split())}"
+
+
+def notice(text: str) -> str:
+    return f"notice: {' '.join(text.split())}"
+
+
+def offer_chunks(files: list[str]) -> str:
+    return f"offer-chunks: {', '.join(files)}"
+
+
+def compact(replaced: int, model: str, left_out: int = 0) -> str:
+    extra = f"; the {left_out} oldest did not fit the summary request" if left_out else ""
+    return f"compact: {replaced} earlier turns replaced by this summary from {model}{extra}"
+
+
+def declined() -> str:
+    return DECLINED
+
+
+def _body(note: str) -> str:
+    return note.strip().removeprefix("[[").removesuffix("]]").strip()
+
+
+def compacted(notes: list[str]) -> int | None:
+    """How many earlier history entries a compact note's summary replaces (None: not a compact note)."""
+    for note in notes:
+        found = _COMPACT.match(_body(note))
+        if found:
+            return int(found.group(1))
+    return None
+
+
+@dataclass
+class Read:
+    """What a turn's notes say, for the page and for the history."""
+
+    stopped: bool = False
+    interrupted: str = ""
+    error: tuple[str, str] | None = None      # (kind, detail)
+    notices: list[str] = field(default_factory=list)
+    offers: list[str] = field(default_factory=list)
+    compacted: int | None = None
+    declined: bool = False
+
+
+def read(notes: list[str]) -> Read:
+    """Parse a turn's notes (unknown notes, e.g. Harvey's own, are left alone)."""
+    out = Read()
+    for note in notes:
+        body = _body(note)
+        if body.startswith("reply: stopped"):
+            out.stopped = True
+        elif body.startswith(INTERRUPTED):
+            out.interrupted = body.removeprefix(INTERRUPTED).lstrip(" —-").strip() or "the server stopped"
+        elif body.startswith("reply: error:"):
+            kind, _, detail = body.removeprefix("reply: error:").partition("—")
+            out.error = (kind.strip(), detail.strip())
+        elif body.startswith("notice:"):
+            out.notices.append(body.removeprefix("notice:").strip())
+        elif body.startswith("offer-chunks:"):
+            out.offers = [f.strip() for f in body.removeprefix("offer-chunks:").split(",") if f.strip()]
+        elif body.startswith("compact:"):
+            out.compacted = compacted([body])
+            out.notices.append(f"Compacted: {body.removeprefix('compact:').strip()}.")
+        elif body.startswith("chunk analysis declined"):
+            out.declined = True
+            out.notices.append("Chunk analysis declined: nothing was sent to the model.")
+        elif body.startswith("model switch:"):
+            out.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
+    return out
+
+
+def is_reply_note(note: str) -> bool:
+    """Notes that describe the reply (replaced when the reply is generated again)."""
+    body = _body(note)
+    return body.startswith(("reply: stopped", "reply: error:", INTERRUPTED))
