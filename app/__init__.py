@@ -49,12 +49,11 @@ def _harvey_error(exc):
     """
     import logging
 
-    from werkzeug.exceptions import HTTPException
+    from werkzeug.exceptions import HTTPException, default_exceptions
 
     from .security import error_page
 
     logging.getLogger("harvey.web").info("refused (%s, %s): %s", exc.kind, exc.status, exc)
-    http = HTTPException(description=str(exc) or None)
+    http = default_exceptions.get(exc.status, HTTPException)(description=str(exc) or None)
     http.code = exc.status
-    http.name = {400: "Bad Request", 404: "Not Found", 409: "Conflict", 502: "Bad Gateway"}.get(exc.status, "Error")
     return error_page(http)

@@ -12,6 +12,7 @@ job on a transient error and fails it on a lasting one.
     ├── NotFound               404: no such session, job or file
     ├── Refused                400: the input cannot be used (message, file, upload, instruction)
     │   └── Busy               409: the session is busy (a reply or an analysis)
+    ├── Conflict               409: what the request addressed changed on another device
     ├── DocumentError          400: a file cannot be read as text (binary, undecodable)
     └── ModelError             502: talking to the model failed (app.ollama's tree)
 """
@@ -71,3 +72,10 @@ class ModelError(HarveyError):
 
     kind = "error"
     status = 502
+
+
+class Conflict(HarveyError):
+    """The thing changed under the request (another device); nothing was written."""
+
+    kind = "conflict"
+    status = 409

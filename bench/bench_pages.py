@@ -81,7 +81,7 @@ def write_long_session(sessions: Path, turns: int) -> str:
         reply = REPLY.format(prose=prose[n * 600:(n + 1) * 600])
         turn = fountain.Turn(when=when, user_text=USER_TEXTS[n % len(USER_TEXTS)], model="tiny:1b",
                              reply=reply, stats=fountain.stats_line("tiny:1b", "ollama", 180, 900 + n, 21.4))
-        play.scenes.append(store.turn_scene(turn))
+        play.scenes.extend(fountain.turn_scenes(turn, store.user_name, store.workspace))
     store._write(session.name, play)
     store.create("tiny:1b", now=datetime.now())   # the newest session: where GET / leads, as on a first visit
     return session.name

@@ -79,7 +79,7 @@ def write_history(live, name, tokens):
     for i in range(tokens // per_turn):
         turn = fountain.Turn(when=fountain_now(), user_text=f"question {i} " + "q" * (per_turn * 2 - 20),
                              model="tiny:1b", reply="answer " + "a" * (per_turn * 2 - 20))
-        store.append_scene(name, store.turn_scene(turn))
+        store.append_turn(name, turn)
 
 
 def fountain_now():

@@ -101,6 +101,12 @@ class Job:
     results: dict[int, ChunkResult] = field(default_factory=dict, repr=False)
     synthesis: str = ""
     answer: str | None = None        # kept until it is in the session file
+    turn_text: str | None = None     # the asking turn's user text, checked before writing into it
+
+    @property
+    def asked(self) -> str:
+        """What the turn that asked says (a direct analysis records "/read-chunks FILE")."""
+        return self.turn_text if self.turn_text is not None else self.user_text
 
     @property
     def task(self) -> str:
@@ -258,30 +264,27 @@ class JobRunner:
 
     # -- the overflow alert ---------------------------------------------------------------
 
-    def overflow(self, session, index: int, turn: fountain.Turn, prepared):
-        """Record HARVEY's alert instead of a reply, and show the card."""
+    def overflow(self, session: str, index: int, turn: fountain.Turn, prepared) -> Job:
+        """Propose the analysis for turn ``index`` (about to be written) and put HARVEY's alert in the turn."""
         wf = prepared.overflow[0]
-        job = self.propose(session.name, index, wf.name, turn.user_text, prepared.model,
+        job = self.propose(session, index, wf.name, turn.user_text, prepared.model,
                            remaining=prepared.budget.remaining)
         turn.harvey = OVERFLOW_TEXT.format(file=wf.name, tokens=job.file_tokens, remaining=job.remaining)
         if len(prepared.overflow) > 1:
             others = ", ".join(f.name for f in prepared.overflow[1:])
             turn.notes.append(notes.notice(f"also too large for the context: {others} (analyse them from the file list)"))
-        self.svc.store.replace_last_scene(session.name, self.svc.store.turn_scene(turn))
-        from ..chat.views import turn_view  # FIXME(layout): domain must not import a view
+        return job
 
-        view = turn_view(index, turn, prepared.model)
-        view.alert = job
-        return view
-
-    def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int) -> Job:
+    def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int,
+                turn_text: str | None = None) -> Job:
         """Plan the chunks of ``file`` for the card; nothing is sent to a model."""
         from ..workspace import Workspace
 
         wf = Workspace(self.svc.config.workspace_path).resolve(file)
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=wf.name, user_text=user_text,
                   instruction=user_text, model=model, file_tokens=0, remaining=remaining, chunks=0,
-                  size_tokens=0, boundary="", kind="", fingerprint="", window=0, bytes_per_token=4.0)
+                  size_tokens=0, boundary="", kind="", fingerprint="", window=0, bytes_per_token=4.0,
+                  turn_text=turn_text)
         self._plan(job, model)
         job.file_tokens = math.ceil(wf.size / job.bytes_per_token)
         with self._lock:
@@ -613,23 +616,22 @@ class JobRunner:
                                       results=results, synthesis=synthesis)
 
     def _record(self, job: Job, answer: str | None, synthesis: str) -> None:
-        """CHUNK ANALYSIS scene, then the answer as the reply to the user's message."""
-        store = self.svc.store
-        store.append_scene(job.session, fountain.chunk_scene(self._analysis_record(job, synthesis),
-                                                             store.user_name))
-        if answer is not None:
-            answer_turn = fountain.Turn(when=datetime.now().replace(microsecond=0), user_text=None,
-                                        model=job.model, reply=answer)
-            store.append_scene(job.session, store.turn_scene(answer_turn))
+        """The CHUNK ANALYSIS scene and the answer, written right after the turn that asked."""
+        record = self._analysis_record(job, synthesis)
+
+        def add(turn: fountain.Turn) -> None:
+            turn.analysis = record
+            if answer is not None:
+                turn.reply, turn.model = answer, job.model
+
+        self.svc.store.update_turn(job.session, job.turn, add, expect=job.asked)
         if job.state in ("done", "dropped"):
             self.store.remove(job)
         self._emit_state(job)
 
     def _record_decline(self, job: Job) -> None:
-        session = self.svc.store.load(job.session)
-        turn = session.turns[job.turn]
-        turn.notes.append(notes.declined())
-        self.svc.store.replace_last_scene(job.session, self.svc.store.turn_scene(turn))
+        self.svc.store.update_turn(job.session, job.turn, lambda turn: turn.notes.append(notes.declined()),
+                                   expect=job.asked)
 
     # -- progress events -----------------------------------------------------------------
 

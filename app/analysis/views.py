@@ -136,13 +136,16 @@ def direct(name: str):
 
     model = session_model(session)
     turn = fountain.Turn(when=conversation.now(), user_text=f"/read-chunks {file}", model=model)
-    try:
-        remaining = status_for(session, model)["remaining"] or 0
-        job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining)
-    except (WorkspaceError, chunking.ChunkingError, OllamaError) as exc:
-        abort(400, description=str(exc))
-    turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
-    svc.store.append_scene(name, svc.store.turn_scene(turn))
+    with svc.store.lock(name):
+        session = svc.store.load(name)
+        try:
+            remaining = status_for(session, model)["remaining"] or 0
+            job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining,
+                                   turn_text=turn.user_text)
+        except (WorkspaceError, chunking.ChunkingError, OllamaError) as exc:
+            abort(400, description=str(exc))
+        turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
+        svc.store.append_turn(name, turn)
     return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
 
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..errors import Busy
 from ..events import EventLog
 from ..ollama import ChatFinal, ChatStream, OllamaError
 
@@ -75,7 +76,7 @@ class Replies:
         with self._lock:
             existing = self._by_session.get(session)
             if existing and not existing.finished:
-                return existing
+                raise Busy(f"A reply is already being generated in this session (turn {existing.turn + 1}).")
             self._by_session[session] = gen
         thread = threading.Thread(target=self._run, args=(gen, open_stream, on_piece, on_finish),
                                   name=f"reply-{session}", daemon=True)

@@ -15,6 +15,7 @@ from flask import (Blueprint, Response, abort, redirect, render_template, reques
 from markupsafe import Markup, escape
 
 from ..budget import fit_history, new_budget
+from ..errors import Busy, HarveyError
 from ..events import Event, sse_format
 from ..ollama import OllamaError
 from ..render import markdown
@@ -189,72 +190,86 @@ def _fragment(session: Session, view: TurnView, model: str) -> str:
 
 @bp.post("/s/<name>/messages")
 def send(name: str):
-    """Record the message, then start the reply (or answer with a card)."""
+    """Record the message and start its reply (or answer with a card), as one change of the session.
+
+    The session's lock is held from the busy check to the reply's start, so two devices
+    sending at once get one turn each in order, or a clear "busy" card: never a lost,
+    doubled or unanswered message.  The turn is written once.
+    """
     svc = services()
-    session = _load(name)
+    _load(name)
     text = request.form.get("message", "")
     if not text.strip():
         return Response("", status=204)
     if len(text.encode("utf-8", "surrogatepass")) > svc.config.server.max_message_kb * 1024:
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
+    with svc.store.lock(name):
+        _refuse_if_busy(svc, name)
+        session = svc.store.load(name)
+        pending = svc.jobs.open_for(name)
+        if pending and pending.state == "proposed":
+            svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
+            if text.strip().lower() == "no":
+                return Response(turn_fragment(name, pending.turn),
+                                headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
+            session = svc.store.load(name)
+        return _send_locked(svc, session, text)
+
+
+def _refuse_if_busy(svc, name: str) -> None:
+    """A reply streaming or an analysis running: the message is refused, nothing is written."""
     if svc.replies.running(name):
-        abort(409, description="A reply is still being generated; wait for it or stop it.")
+        raise Busy("A reply is still being generated in this session (maybe on another device); "
+                   "wait for it or stop it, then send again. Your message is still in the box.")
     if svc.jobs.busy(name):
-        abort(409, description="A chunk analysis is running in this session; wait for it or cancel it.")
-    pending = svc.jobs.open_for(name)
-    if pending and pending.state == "proposed":
-        svc.jobs.decline(pending)
-        if text.strip().lower() == "no":
-            return Response(turn_fragment(name, pending.turn),
-                            headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
+        raise Busy("A chunk analysis is running in this session; its answer will be the reply to the message "
+                   "that asked. Wait for it or cancel it, then send again. Your message is still in the box.")
+
+
+def _send_locked(svc, session: Session, text: str):
+    """Under the session's lock: route, budget, then record the turn once and start its reply."""
+    name = session.name
     model = request.form.get("model") or session_model(session)
     turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
+    index = len(session.turns)
     try:
         installed = svc.client.list_models()
         mentioned, rest = prepare.split_model_mention(text, installed)
+        if mentioned and mentioned != model:
+            turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
+        turn.model = model = mentioned or model
+        prepared = prepare.prepare(svc, session.turns, rest, model)
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc)
-    if mentioned and mentioned != model:
-        turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
-    turn.model = model = mentioned or model
-    session = svc.store.append_scene(name, svc.store.turn_scene(turn))
-    index = len(session.turns) - 1
-    try:
-        prepared = prepare.prepare(svc, session.turns[:-1], rest, model)
-    except (OllamaError, TurnRefused) as exc:
-        return _refused(name, turn, exc, recorded=True)
-    notices = [notes.notice(n) for n in prepared.notices]
-    if notices:
-        turn.notes.extend(notices)
-        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
+    turn.notes.extend(notes.notice(n) for n in prepared.notices)
     if prepared.skipped:
         turn.notes.append(notes.offer_chunks(prepared.skipped))
-        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
     if prepared.overflow:
-        view = svc.jobs.overflow(session, index, turn, prepared)
+        job = svc.jobs.overflow(name, index, turn, prepared)
+        session, index = svc.store.append_turn(name, turn)
+        view = turn_view(index, turn, model)
+        view.alert, view.harvey_text = job, ""
         return _fragment(session, view, model)
+    session, index = svc.store.append_turn(name, turn)
     _start_reply(svc, name, index, turn, prepared)
     view = turn_view(index, turn, model)
     view.streaming, view.reply_html = True, None
-    return _fragment(svc.store.load(name), view, model)
+    return _fragment(session, view, model)
 
 
-def _refused(name: str, turn: fountain.Turn, exc: Exception, recorded: bool = False):
+def _refused(name: str, turn: fountain.Turn, exc: Exception):
     """Record the message with an error note and show the error card."""
     svc = services()
     turn.notes.append(notes.error(exc.kind, str(exc)))
-    if recorded:
-        session = svc.store.replace_last_scene(name, svc.store.turn_scene(turn))
-    else:
-        session = svc.store.append_scene(name, svc.store.turn_scene(turn))
+    session, index = svc.store.append_turn(name, turn)
     log.info("message in %s not sent: %s", name, exc.kind)
-    view = turn_view(len(session.turns) - 1, turn, turn.model)
+    view = turn_view(index, turn, turn.model)
     view.error = prepare.error_view(exc.kind, str(exc))
     return _fragment(session, view, turn.model)
 
 
 def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> None:
-    """Generate in the background; record the turn when the reply ends."""
+    """Generate in the background; write the reply into turn ``index`` when it ends."""
     def open_stream():
         # The reply may use its reservation and whatever the budget left free: never past the window.
         room = prepared.budget.components.get("reply", 0) + max(0, prepared.budget.remaining)
@@ -272,7 +287,9 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
                 done_notes.append(notes.notice(warning))
         done = prepare.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, done_notes)
         try:
-            svc.store.replace_last_scene(name, svc.store.turn_scene(done))
+            svc.store.replace_turn(name, index, done, expect=turn.user_text)
+        except HarveyError:
+            log.exception("the reply of turn %d in %s could not be recorded", index + 1, name)
         finally:
             gen.events.append("final")
 
@@ -293,8 +310,8 @@ def compact(name: str):
         abort(502, description=f"The summary could not be made: {exc}")
     if note is None:
         return Response("", status=204)
-    session = svc.store.append_scene(name, svc.store.turn_scene(note))
-    return _fragment(session, turn_view(len(session.turns) - 1, note, model), model)
+    session, index = svc.store.append_turn(name, note)
+    return _fragment(session, turn_view(index, note, model), model)
 
 
 @bp.post("/s/<name>/stop")

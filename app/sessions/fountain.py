@@ -216,6 +216,10 @@ class Turn:
     notes: list[str] = field(default_factory=list)
     harvey: str | None = None
     analysis: ChunkAnalysis | None = None
+    # Where the turn stands in the file: (first scene, last scene), set by ``turns``;
+    # ``shared`` when another turn has text in one of those scenes (Harvey's own files).
+    scenes: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    shared: bool = field(default=False, compare=False, repr=False)
 
 
 # ------------------------------------------------------------ line escaping
@@ -663,12 +667,14 @@ def turns(play: Screenplay) -> list[Turn]:
     to the next turn.
     """
     reader = _TurnReader()
-    for scene in play.scenes:
+    for i, scene in enumerate(play.scenes):
         m = _TALKING.fullmatch(scene.heading)
+        reader.index = i
         if m:
             reader.scene(scene, m["user"].strip(), _timestamp(m["rest"]))
         elif (analysis := read_chunk_scene(scene)) and reader.out:
             reader.out[-1].analysis = analysis
+            reader.out[-1].scenes = (reader.out[-1].scenes[0], i)
     if reader.carry and reader.out:
         reader.out[-1].notes += reader.carry
     return reader.out
@@ -686,6 +692,7 @@ class _TurnReader:
         self.after_reply = False
         self.user = ""
         self.when: datetime | None = None
+        self.index = 0               # the scene being read
 
     def scene(self, scene: Scene, user: str, when: datetime | None) -> None:
         self.user, self.when, self.after_reply = user.upper(), when, False
@@ -700,7 +707,10 @@ class _TurnReader:
 
     def start(self, user_text: str | None) -> None:
         self.finish()
-        self.cur, self.carry = Turn(self.when, user_text, notes=self.carry), []
+        self.cur, self.carry = Turn(self.when, user_text, notes=self.carry, scenes=(self.index, self.index)), []
+        prev = self.out[-1] if self.out else None
+        if prev is not None and prev.scenes and prev.scenes[1] == self.index:
+            prev.shared = self.cur.shared = True
 
     def dialogue(self, el: Element) -> None:
         speaker = el.character.split("(", 1)[0].strip().upper()
@@ -739,7 +749,10 @@ class _TurnReader:
         exact = _stats_model(cur.stats) if cur.stats else None
         cur.model = exact if exact and (named is None or model_cue(exact) == model_cue(named)) else named
         prev = self.out[-1] if self.out else None
-        if cur.user_text is None and prev is not None and prev.reply is None:
+        # A scene with no user line is the reply the turn before was waiting for (seed 000's
+        # answer after a chunk analysis). One without a reply (a compact note) is its own turn.
+        if cur.user_text is None and cur.reply is not None and prev is not None and prev.reply is None:
+            prev.scenes = (prev.scenes[0], self.index)
             prev.reply = cur.reply
             prev.model = cur.model or prev.model
             prev.stats = cur.stats or prev.stats

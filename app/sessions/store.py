@@ -17,11 +17,13 @@ import logging
 import os
 import re
 import threading
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, field
+from typing import Callable
 from datetime import datetime
 from pathlib import Path
 
-from ..errors import NotFound
+from ..errors import Conflict, NotFound
 from . import fountain
 from ..storage import atomic_write_text, fsync_folder
 from .index import SessionIndex
@@ -34,11 +36,22 @@ class SessionNotFound(NotFound):
     """No session of that name (or the name is not a valid session name)."""
 
 
+class TurnMoved(Conflict):
+    """The turn a change addresses is not the one expected (another device changed the session)."""
+
+
 @dataclass
 class Session:
+    """A snapshot of one session file. Never changed in place: the store writes a new one.
+
+    Readers on other threads keep a consistent snapshot while a writer saves the next;
+    ``turns`` is parsed once per snapshot. Change a turn only through the store.
+    """
+
     name: str
     play: fountain.Screenplay
     mtime: float = 0.0
+    _turns: list[fountain.Turn] | None = field(default=None, repr=False, compare=False)
 
     @property
     def title(self) -> str:
@@ -46,7 +59,9 @@ class Session:
 
     @property
     def turns(self) -> list[fountain.Turn]:
-        return fountain.turns(self.play)
+        if self._turns is None:
+            self._turns = fountain.turns(self.play)
+        return self._turns
 
 
 class SessionStore:
@@ -115,40 +130,88 @@ class SessionStore:
             self._write(name, play)
         return self.load(name)
 
-    def append_scene(self, name: str, scene: fountain.Scene) -> Session:
-        """Add a scene at the end of the file."""
-        with self.lock(name):
-            session = self.load(name)
-            session.play.scenes.append(scene)
-            self._write(name, session.play)
-        return self.load(name)
+    # -- turns: the one writer ------------------------------------------------------------
+    #
+    # Every change to a session's turns goes through these methods. Each holds the
+    # session's lock for the whole read-change-write, addresses a turn by its index
+    # (never "the last scene"), checks that the turn there is the one the caller means
+    # (``expect``: its user text), and writes the file once.  A caller that must check
+    # something else first (is a reply running?) holds ``lock(name)`` around both.
 
-    def replace_last_scene(self, name: str, scene: fountain.Scene) -> Session:
-        """Replace the last scene (a turn whose reply has just arrived)."""
+    def append_turn(self, name: str, turn: fountain.Turn) -> tuple[Session, int]:
+        """Add a turn at the end; returns the new snapshot and the turn's index."""
         with self.lock(name):
             session = self.load(name)
-            session.play.scenes[-1] = scene
-            self._write(name, session.play)
-        return self.load(name)
+            session = self._save(session, [*session.play.scenes, *self._scenes(turn)])
+            return session, len(session.turns) - 1
+
+    def replace_turn(self, name: str, index: int, turn: fountain.Turn, expect: str | None) -> Session:
+        """Write ``turn`` in place of turn ``index`` (whose user text must be ``expect``).
+
+        A turn with an analysis becomes seed 000's trio (ask, CHUNK ANALYSIS, answer)
+        right where the asking turn stands, whatever was said after it.
+        """
+        with self.lock(name):
+            session = self.load(name)
+            first, last = self._span(session, index, expect)
+            scenes = session.play.scenes
+            return self._save(session, [*scenes[:first], *self._scenes(turn), *scenes[last + 1:]])
+
+    def update_turn(self, name: str, index: int, change: Callable[[fountain.Turn], None],
+                    expect: str | None) -> tuple[Session, fountain.Turn]:
+        """Apply ``change`` to a copy of turn ``index`` and write it back; returns the turn as written."""
+        with self.lock(name):
+            session = self.load(name)
+            self._span(session, index, expect)
+            turn = copy.deepcopy(session.turns[index])
+            change(turn)
+            return self.replace_turn(name, index, turn, expect), turn
+
+    def append_scene(self, name: str, scene: fountain.Scene) -> Session:
+        """Add a scene that is not a chat turn (an imported or terminal-Harvey scene) at the end."""
+        with self.lock(name):
+            session = self.load(name)
+            return self._save(session, [*session.play.scenes, scene])
+
+    def _span(self, session: Session, index: int, expect: str | None) -> tuple[int, int]:
+        """The scenes of turn ``index``, after checking it is the turn the caller means."""
+        turns = session.turns
+        if not 0 <= index < len(turns) or turns[index].user_text != expect:
+            raise TurnMoved(f"Turn {index + 1} of this session is not the one expected: it changed on another "
+                            "device. Reload the page.")
+        turn = turns[index]
+        if turn.scenes is None or turn.shared:
+            raise TurnMoved(f"Turn {index + 1} shares its scene with another turn (a file from the terminal "
+                            "Harvey); it cannot be rewritten in place.")
+        return turn.scenes
+
+    def _scenes(self, turn: fountain.Turn) -> list[fountain.Scene]:
+        return fountain.turn_scenes(turn, self.user_name, self.workspace)
+
+    def _save(self, session: Session, scenes: list[fountain.Scene]) -> Session:
+        """Write a new snapshot with ``scenes`` (one atomic write) and keep it as the cache."""
+        play = fountain.Screenplay(title_page=dict(session.play.title_page), scenes=scenes)
+        return self._write(session.name, play)
 
     def rename(self, name: str, title: str) -> Session:
         """Change the title page's Title (the file name stays)."""
         title = " ".join(title.split())[:120] or "Harvey Session"
         with self.lock(name):
             session = self.load(name)
-            session.play.title_page["Title"] = title
-            self._write(name, session.play)
+            play = fountain.Screenplay(title_page={**session.play.title_page, "Title": title},
+                                       scenes=session.play.scenes)
+            self._write(name, play)
         return self.load(name)
 
-    def _write(self, name: str, play: fountain.Screenplay) -> None:
-        """Atomic write: a crash leaves the old file or the new one."""
-        atomic_write_text(self.path(name), fountain.dumps(play))
-        self._cache.pop(name, None)
+    def _write(self, name: str, play: fountain.Screenplay) -> Session:
+        """Atomic write (a crash leaves the old file or the new one); the new snapshot is cached."""
+        path = self.path(name)
+        atomic_write_text(path, fountain.dumps(play))
+        session = Session(name, play, path.stat().st_mtime_ns)
+        self._cache[name] = session
+        return session
 
     # -- turns ---------------------------------------------------------------------------
-
-    def turn_scene(self, turn: fountain.Turn) -> fountain.Scene:
-        return fountain.chat_scene(turn, self.user_name, self.workspace)
 
     # -- session pages: index, trash, import --------------------------------------------
 
