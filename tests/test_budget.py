@@ -87,19 +87,30 @@ def fountain_now():
     return datetime(2026, 6, 27, 10, 4, 0)
 
 
-def test_seed_example_overflows_with_history_but_not_without(seed_setup, scripted):
+def test_seed_example_the_file_comes_before_old_turns(seed_setup, scripted):
+    """Seed 000's numbers under seed 003's priority (issue 13, problem 12): with 25,000 tokens of
+    history the 10,000-token file is read into the request and the oldest turns make room."""
     config, live = seed_setup
     size = (Path(config.workspace) / "document.md").stat().st_size
     assert 9500 <= size / 4 <= 10500
     full = live.open_session()
     write_history(live, full, 25000)
     fragment = live.post(f"/s/{full}/messages", data={"message": "Read document.md and summarize it"}).text
-    assert "Context overflow" in fragment and scripted.chats() == []
-    empty = live.services.store.create("tiny:1b").name
-    send(live, empty, "Read document.md and summarize it")
+    assert "Context overflow" not in fragment and "left out of this request" in fragment
+    wait_reply(live, full)
     chat = scripted.chats()[-1]
     assert '<file name="document.md">' in chat.body["messages"][-1]["content"]
     assert chat.num_ctx == 30000
+    assert 2 < len(chat.body["messages"]) < 2 + 2 * 12                   # some history, not all of it
+    assert estimate_messages(chat.body["messages"], 4.0) + chat.body["options"]["num_predict"] <= 30000
+
+
+def test_a_file_larger_than_the_room_gets_the_card_even_with_no_history(seed_setup, scripted):
+    config, live = seed_setup
+    (Path(config.workspace) / "document.md").write_text(("Methodology paragraph. " * 20 + "\n\n") * 300)
+    empty = live.open_session()
+    fragment = live.post(f"/s/{empty}/messages", data={"message": "Read document.md and summarize it"}).text
+    assert "Context overflow" in fragment and scripted.chats() == []
 
 
 def test_every_request_carries_the_same_num_ctx_and_none_exceeds_the_window(tmp_path, scripted, make_live):

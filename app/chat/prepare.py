@@ -154,19 +154,31 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
     facts = svc.client.show(model)
     budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
+    # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
+    budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
     budget.components["message"] = estimate_messages([{"content": text}], budget.bytes_per_token)
-    history, left_out = fit_history(budget, system, history_turns(past))
-    prepared = Prepared(model, text, [], budget, left_out)
-    if left_out:
-        prepared.notices.append(f"{left_out} older turn{'s' if left_out > 1 else ''} left out of this request "
-                                "to fit the context window (they stay in the session).")
+    _refuse_too_long(budget)
+    prepared = Prepared(model, text, [], budget)
     _add_files(svc, prepared, text)
+    history, prepared.left_out_turns = fit_history(budget, system, history_turns(past))
+    if prepared.left_out_turns:
+        n = prepared.left_out_turns
+        prepared.notices.append(f"{n} older turn{'s' if n > 1 else ''} left out of this request "
+                                "to fit the context window (they stay in the session).")
     prompt = _with_files(text, prepared.files, prepared)
     prepared.messages = [{"role": "system", "content": system}, *history, {"role": "user", "content": prompt}]
-    if prepared.estimate > budget.window:
-        raise TurnRefused("too_long", f"This message needs about {prepared.estimate} tokens; the model's "
-                                      f"window is {budget.window}.")
+    _refuse_too_long(budget, prepared.estimate)
     return prepared
+
+
+def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:
+    """The request must leave the reply its reservation (and the margin), not merely fit the window."""
+    fixed = budget.components.get("reply", 0) + budget.components.get("margin", 0)
+    room = budget.effective - fixed
+    needed = estimate if estimate is not None else budget.used - fixed
+    if needed > room:
+        raise TurnRefused("too_long", f"This message needs about {needed:,} tokens; with room for the reply, "
+                                      f"at most {room:,} fit in this model's window of {budget.window:,}.")
 
 
 def _add_files(svc, prepared: Prepared, text: str) -> None:

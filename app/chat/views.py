@@ -67,16 +67,26 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
     return view
 
 
-def _views(session: Session, default_model: str) -> list[TurnView]:
+PAGE_TURNS = 40          # turns the page shows at first; older ones load on demand
+SETTLED = ("done", "declined", "dropped")
+
+
+def _views(session: Session, default_model: str, start: int = 0, stop: int | None = None) -> list[TurnView]:
+    """Views of turns ``start`` to ``stop`` only: nothing else is rendered (a long session stays cheap)."""
     svc = services()
     installed, _ = _models()
-    views = [turn_view(i, t, default_model, installed) for i, t in enumerate(session.turns)]
+    turns = session.turns
+    stop = len(turns) if stop is None else min(stop, len(turns))
+    views = [turn_view(i, turns[i], default_model, installed) for i in range(max(0, start), stop)]
+    by_index = {view.index: view for view in views}
     running = svc.replies.running(session.name)
-    if running and views and running.turn == len(views) - 1:
-        views[-1].streaming = True
-        views[-1].reply_html = None
-    if svc.jobs:
-        svc.jobs.decorate(session, views)
+    if running and running.turn in by_index:
+        by_index[running.turn].streaming = True
+        by_index[running.turn].reply_html = None
+    for job in svc.jobs.for_session(session.name) if svc.jobs else ():
+        view = by_index.get(job.turn)
+        if view is not None and job.state not in SETTLED:
+            view.alert, view.harvey_text = job, ""
     return views
 
 
@@ -126,15 +136,12 @@ def _models() -> tuple[list[str], str]:
 
 
 def _recent(limit: int = 8) -> list[dict]:
-    store = services().store
-    items = []
-    for name in store.names()[:limit]:
-        try:
-            session = store.load(name)
-        except (SessionNotFound, OSError):
-            continue
-        items.append({"name": name, "title": session.title, "when": session.play.title_page.get("Date", "")})
-    return items
+    """The newest sessions from the list's index (no session file is parsed for this)."""
+    try:
+        entries = services().store.index().entries()[:limit]
+    except OSError:
+        return []
+    return [{"name": e.name, "title": e.title, "when": e.date} for e in entries]
 
 
 def _context(session: Session, **extra) -> dict:
@@ -166,7 +173,22 @@ def new_session():
 def page(name: str):
     session = _load(name)
     ctx = _context(session, draft=request.args.get("draft", ""))
-    return render_template("chat/page.html", turns=_views(session, ctx["model"]), recent=_recent(), **ctx)
+    start = max(0, len(session.turns) - PAGE_TURNS)
+    return render_template("chat/page.html", turns=_views(session, ctx["model"], start), earlier=start,
+                           recent=_recent(), **ctx)
+
+
+@bp.get("/s/<name>/turns")
+def earlier(name: str):
+    """The page of turns before ``before`` (the "earlier turns" button), newest page last."""
+    session = _load(name)
+    before = request.args.get("before", type=int)
+    if before is None or not 0 < before <= len(session.turns):
+        abort(400, description="There are no earlier turns there.")
+    start = max(0, before - PAGE_TURNS)
+    model = session_model(session)
+    return render_template("chat/_earlier.html", turns=_views(session, model, start, before), earlier=start,
+                           session=session, user_cue=services().config.user_name.upper())
 
 
 @bp.post("/s/<name>/title")
@@ -316,6 +338,7 @@ def compact(name: str):
 
 @bp.post("/s/<name>/stop")
 def stop(name: str):
+    _load(name)                       # an unknown session is a 404, not a silent 204
     gen = services().replies.running(name)
     if gen:
         gen.stop()
@@ -344,9 +367,9 @@ def stream(name: str, turn: int):
 
 
 def turn_fragment(name: str, index: int) -> str:
-    """The finished turn as stored, with the send button and status refreshed."""
+    """One turn as stored (only that turn is rendered), with the send button and status refreshed."""
     session = services().store.load(name)
-    views = _views(session, session_model(session))
-    if index >= len(views):
+    views = _views(session, session_model(session), index, index + 1)
+    if not views:
         return ""
-    return _fragment(session, views[index], views[index].model_name)
+    return _fragment(session, views[0], views[0].model_name)
