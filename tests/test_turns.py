@@ -245,3 +245,14 @@ def views_turn_fragment(live, name, index):
 
     with live.app.test_request_context("/"):
         return turn_fragment(name, index)
+
+
+def test_the_session_is_busy_until_the_reply_is_in_the_file(live, scripted):
+    """A reply that has ended but is not yet recorded still makes the session busy: the next
+    message would otherwise be budgeted (and sent) without it."""
+    name = live.open_session()
+    for i in range(5):
+        assert live.post(f"/s/{name}/messages", data={"message": f"m{i}"}).status_code == 200
+        wait_for(lambda: idle(live, name), what="the reply")
+        turns = recorded_turns(live, name)
+        assert turns[-1].user_text == f"m{i}" and turns[-1].reply == f"You said: m{i}"

@@ -36,6 +36,7 @@ class Generation:
     started: float = field(default_factory=time.monotonic)
     _stream: ChatStream | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _recorded: threading.Event = field(default_factory=threading.Event)
 
     @property
     def text(self) -> str:
@@ -43,7 +44,9 @@ class Generation:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("done", "stopped", "error")
+        """Ended *and recorded*: until the reply is in the session file the session stays busy,
+        so a message sent in between cannot be budgeted without it."""
+        return self._recorded.is_set()
 
     def stop(self) -> None:
         """Ask for the reply to end now; safe from any thread."""
@@ -105,4 +108,6 @@ class Replies:
             try:
                 on_finish(gen)
             finally:
+                gen._recorded.set()
+                gen.events.append("final")     # followers now read the recorded turn
                 gen.events.close()

@@ -312,8 +312,6 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
             svc.store.replace_turn(name, index, done, expect=turn.user_text)
         except HarveyError:
             log.exception("the reply of turn %d in %s could not be recorded", index + 1, name)
-        finally:
-            gen.events.append("final")
 
     svc.replies.start(name, index, prepared.model, open_stream, on_piece, on_finish)
 

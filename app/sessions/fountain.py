@@ -400,14 +400,23 @@ def _note_text(text: str) -> str:
 
 def dumps(play: Screenplay) -> str:
     """The whole file, in Harvey's byte layout (see the module docstring)."""
+    return join_file(play.title_page, [dump_scene(scene) for scene in play.scenes])
+
+
+def dump_scene(scene: Scene) -> str:
+    """One scene's text; a file is ``join_file`` of these, so a writer can keep them per scene."""
+    head = f"\n\n{_one_line(scene.heading)}\n\n" if scene.heading else "\n"
+    return head + "".join("\n".join(_element_lines(el)) + "\n\n" for el in scene.elements)
+
+
+def join_file(title_page: dict[str, str], scene_texts: list[str]) -> str:
+    """Title page, FADE IN, the scenes' texts (from ``dump_scene``) and the end marker."""
     out: list[str] = []
-    if play.title_page:
-        out += [f"{_one_line(k).replace(':', '')}: {_one_line(v)}\n" for k, v in play.title_page.items()]
+    if title_page:
+        out += [f"{_one_line(k).replace(':', '')}: {_one_line(v)}\n" for k, v in title_page.items()]
         out.append("\n\n")
     out.append("FADE IN:\n")
-    for scene in play.scenes:
-        out.append(f"\n\n{_one_line(scene.heading)}\n\n" if scene.heading else "\n")
-        out += ["\n".join(_element_lines(el)) + "\n\n" for el in scene.elements]
+    out += scene_texts
     out.append(f"\n{END_MARKER}\n")
     return "".join(out)
 

@@ -52,6 +52,14 @@ class Session:
     play: fountain.Screenplay
     mtime: float = 0.0
     _turns: list[fountain.Turn] | None = field(default=None, repr=False, compare=False)
+    _texts: list[str] | None = field(default=None, repr=False, compare=False)   # each scene's text
+
+    @property
+    def texts(self) -> list[str]:
+        """Each scene as written (kept so the next write re-encodes only the scenes that changed)."""
+        if self._texts is None:
+            self._texts = [fountain.dump_scene(scene) for scene in self.play.scenes]
+        return self._texts
 
     @property
     def title(self) -> str:
@@ -142,7 +150,8 @@ class SessionStore:
         """Add a turn at the end; returns the new snapshot and the turn's index."""
         with self.lock(name):
             session = self.load(name)
-            session = self._save(session, [*session.play.scenes, *self._scenes(turn)])
+            end = len(session.play.scenes)
+            session = self._splice(session, end, end, self._scenes(turn), len(session.turns))
             return session, len(session.turns) - 1
 
     def replace_turn(self, name: str, index: int, turn: fountain.Turn, expect: str | None) -> Session:
@@ -154,8 +163,7 @@ class SessionStore:
         with self.lock(name):
             session = self.load(name)
             first, last = self._span(session, index, expect)
-            scenes = session.play.scenes
-            return self._save(session, [*scenes[:first], *self._scenes(turn), *scenes[last + 1:]])
+            return self._splice(session, first, last + 1, self._scenes(turn), index)
 
     def update_turn(self, name: str, index: int, change: Callable[[fountain.Turn], None],
                     expect: str | None) -> tuple[Session, fountain.Turn]:
@@ -171,7 +179,8 @@ class SessionStore:
         """Add a scene that is not a chat turn (an imported or terminal-Harvey scene) at the end."""
         with self.lock(name):
             session = self.load(name)
-            return self._save(session, [*session.play.scenes, scene])
+            end = len(session.play.scenes)
+            return self._splice(session, end, end, [scene], None)
 
     def _span(self, session: Session, index: int, expect: str | None) -> tuple[int, int]:
         """The scenes of turn ``index``, after checking it is the turn the caller means."""
@@ -188,10 +197,22 @@ class SessionStore:
     def _scenes(self, turn: fountain.Turn) -> list[fountain.Scene]:
         return fountain.turn_scenes(turn, self.user_name, self.workspace)
 
-    def _save(self, session: Session, scenes: list[fountain.Scene]) -> Session:
-        """Write a new snapshot with ``scenes`` (one atomic write) and keep it as the cache."""
-        play = fountain.Screenplay(title_page=dict(session.play.title_page), scenes=scenes)
-        return self._write(session.name, play)
+    def _splice(self, session: Session, start: int, stop: int, new: list[fountain.Scene],
+                turn_index: int | None) -> Session:
+        """Write a snapshot with scenes ``start:stop`` replaced by ``new``: one atomic write.
+
+        Only the new scenes are encoded, and when the change is the session's last turn
+        (a message, its reply) only that turn is parsed again: a turn's cost does not
+        grow with the session (issue 13, problem 11).
+        """
+        scenes, texts = session.play.scenes, session.texts
+        play = fountain.Screenplay(title_page=dict(session.play.title_page),
+                                   scenes=[*scenes[:start], *new, *scenes[stop:]])
+        new_texts = [*texts[:start], *(fountain.dump_scene(s) for s in new), *texts[stop:]]
+        snapshot = self._write(session.name, play, new_texts)
+        if turn_index is not None and stop == len(scenes):
+            snapshot._turns = _turns_with_last(session, turn_index, start, new)
+        return snapshot
 
     def rename(self, name: str, title: str) -> Session:
         """Change the title page's Title (the file name stays)."""
@@ -203,11 +224,12 @@ class SessionStore:
             self._write(name, play)
         return self.load(name)
 
-    def _write(self, name: str, play: fountain.Screenplay) -> Session:
+    def _write(self, name: str, play: fountain.Screenplay, texts: list[str] | None = None) -> Session:
         """Atomic write (a crash leaves the old file or the new one); the new snapshot is cached."""
         path = self.path(name)
-        atomic_write_text(path, fountain.dumps(play))
-        session = Session(name, play, path.stat().st_mtime_ns)
+        texts = texts if texts is not None else [fountain.dump_scene(s) for s in play.scenes]
+        atomic_write_text(path, fountain.join_file(play.title_page, texts))
+        session = Session(name, play, path.stat().st_mtime_ns, _texts=texts)
         self._cache[name] = session
         return session
 
@@ -277,6 +299,26 @@ class SessionStore:
             atomic_write_text(self.path(name), text)
             self._cache.pop(name, None)
         return name
+
+
+def _turns_with_last(old: Session, index: int, start: int, new: list[fountain.Scene]) -> list | None:
+    """The turns after turn ``index`` (the last) became ``new`` scenes from scene ``start``, or None.
+
+    None (parse the whole file when asked) whenever reading the new scenes on their own
+    could differ from reading the file: they do not make exactly one turn with a user
+    line, or the turn before carries notes that the reader would hand to the next turn.
+    """
+    if old._turns is None:
+        return None
+    part = fountain.turns(fountain.Screenplay(scenes=new))
+    before = old._turns[:index]
+    if len(part) != 1 or part[0].user_text is None or part[0].shared:
+        return None
+    if before and any(n.startswith("model switch:") for n in before[-1].notes):
+        return None
+    turn = part[0]
+    turn.scenes = (turn.scenes[0] + start, turn.scenes[1] + start)
+    return [*before, turn]
 
 
 TRASH_DIR = ".trash"
