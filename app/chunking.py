@@ -60,6 +60,7 @@ chunk number.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -213,6 +214,7 @@ class Document:
     fingerprint: str       # content + kind + settings fingerprint
     settings: ChunkSettings
     decode_note: str | None = None
+    source: object = field(default=None, repr=False, compare=False)   # documents.Extracted for PDF/DOCX
 
     @property
     def tokens(self) -> int:
@@ -428,8 +430,18 @@ def _decode(data: bytes, path: str) -> tuple[str, str | None]:
 
 def read_document(path: str | os.PathLike, settings: ChunkSettings | None = None,
                   kind: str | None = None) -> Document:
-    """Read a file into a Document, raising ChunkingError subclasses on failure."""
+    """Read a file into a Document, raising ChunkingError subclasses on failure.
+
+    PDF and Word files go through their loaders (``app.documents``) first: the
+    Document's text is what they extracted and ``source`` keeps their structure.
+    """
     spath = os.fspath(path)
+    from . import documents
+
+    if documents.format_for_path(spath) and os.path.isfile(spath):
+        source = documents.extract(spath)
+        doc = _document(source.text, kind or source.kind, settings, spath, None, None)
+        return dataclasses.replace(doc, source=source)
     try:
         with open(spath, "rb") as fh:
             data = fh.read()

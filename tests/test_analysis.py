@@ -258,6 +258,9 @@ def test_cancel_closes_the_request_in_flight_then_synthesize_or_drop(setup):
     wait_state(live, job, ("done",), timeout=10)
     synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
     assert synthesis.count("[Chunk ") == done and "no answer" in synthesis
+    deadline = time.monotonic() + 10                          # the record follows the state change
+    while "synthesis: model=" not in session_text(live, name) and time.monotonic() < deadline:
+        time.sleep(0.02)
     text = session_text(live, name)
     assert "— cancelled]]" in text and "synthesis: model=TINY — ok" in text
 

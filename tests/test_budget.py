@@ -183,7 +183,9 @@ def test_binary_file_is_refused_and_html_is_reduced_to_text(tmp_path, scripted, 
     live = make_live(config)
     name = live.open_session()
     fragment = send(live, name, "look at photo.png and page.html")
-    assert "photo.png was not included: it is a binary file, not text." in fragment
+    assert "photo.png is a PNG image, not text" in fragment and "Nothing was sent" in fragment   # issue 18
+    assert scripted.chats() == []
+    send(live, name, "look at page.html")
     prompt = scripted.chats()[-1].body["messages"][-1]["content"]
     assert "Plain words here." in prompt and "<script>" not in prompt and "<p>" not in prompt
 

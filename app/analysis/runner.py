@@ -286,7 +286,6 @@ class JobRunner:
                   size_tokens=0, boundary="", kind="", fingerprint="", window=0, bytes_per_token=4.0,
                   turn_text=turn_text)
         self._plan(job, model)
-        job.file_tokens = math.ceil(wf.size / job.bytes_per_token)
         with self._lock:
             self.jobs[job.id] = job
         self.store.save(job)
@@ -302,6 +301,7 @@ class JobRunner:
         job.model, job.window, job.bytes_per_token = model, window, bpt
         job.chunks, job.size_tokens = chunking.plan_document(doc).chunks, settings.size_tokens
         job.boundary, job.kind, job.fingerprint = doc.boundary, doc.kind, doc.fingerprint
+        job.file_tokens = doc.tokens          # of the text (a PDF's bytes say little about its text)
         job.seconds_per_chunk = self._seconds_per_chunk(model, settings.size_tokens)
         job.selected = job.chunks if job.chunks <= config.chunking.max_chunks else 0
 

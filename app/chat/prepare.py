@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .. import chunking
+from .. import chunking, documents
 from ..errors import Refused
 from ..budget import Budget, estimate_messages, fit_history, new_budget
 from ..ollama import ChatFinal, OllamaError
@@ -195,9 +195,10 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     budget = prepared.budget
     for wf in files:
         doc = None
+        _refuse_unreadable(wf)
         try:
-            if chunking.kind_for_path(wf.path) == "html":  # budget the text, not the markup
-                doc = chunking.read_document(wf.path)
+            if chunking.kind_for_path(wf.path) == "html" or documents.format_for_path(wf.path):
+                doc = chunking.read_document(wf.path)     # budget the text, not the markup or the PDF's bytes
                 tokens = budget.estimate(doc.text) + FILE_BLOCK_TOKENS
             else:
                 tokens = budget.estimate_bytes(wf.size) + FILE_BLOCK_TOKENS
@@ -209,9 +210,9 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
                 prepared.skipped.append(wf.name)
                 continue
             doc = doc or chunking.read_document(wf.path)
-        except chunking.BinaryDocumentError:
-            prepared.notices.append(f"{wf.name} was not included: it is a binary file, not text.")
-            continue
+        except (chunking.BinaryDocumentError, documents.UnreadableDocument) as exc:
+            raise TurnRefused(getattr(exc, "kind", "unreadable_file"),
+                              f"{exc} Nothing was sent to the model.") from None
         except (chunking.ChunkingError, OSError) as exc:
             prepared.notices.append(f"{wf.name} was not included: it could not be read ({exc.__class__.__name__}).")
             continue
@@ -226,6 +227,17 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
         n = len(prepared.skipped)
         prepared.notices.append(f"{n} file{'s' if n > 1 else ''} exceeded the context budget and "
                                 f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
+
+
+def _refuse_unreadable(wf: WorkspaceFile) -> None:
+    """A named file that is not text (an image, an archive, a program) stops the turn, whatever its size."""
+    try:
+        what = documents.sniff(wf.path)
+    except OSError as exc:
+        raise TurnRefused("unreadable_file", f"{wf.name} could not be read ({exc.strerror or exc}).") from None
+    if what:
+        raise TurnRefused("unreadable_file", f"{wf.name} is {what}, not text: Harvey reads text, Markdown, HTML, "
+                                             "source code, PDF and Word files. Nothing was sent to the model.")
 
 
 def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
@@ -250,6 +262,10 @@ ERROR_TEXTS = {
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
     "unknown_model": ("Unknown model", "Use an installed model's name after @, or install it with ollama pull."),
     "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),
+    "unreadable_file": ("The file is not text", "Name a text, Markdown, HTML, source, PDF or Word file."),
+    "no_text_layer": ("The PDF has no text", "It is a scan: run OCR on it (for example ocrmypdf) and name the result."),
+    "encrypted": ("The PDF is encrypted", "Save a copy without the password and name that."),
+    "damaged": ("The file is damaged", "Open it in its program and save it again, then name the new copy."),
 }
 
 
