@@ -316,6 +316,19 @@ def git_revision() -> str:
         return "unknown"
 
 
+def write_section(section: str, text: str) -> Path:
+    """Replace (or add) only the section headed ``section`` in bench/RESULTS.md; ``text`` starts with it."""
+    path = ROOT / "bench" / "RESULTS.md"
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(old):
+        new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1)
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
+    return path
+
+
 def header(title: str, command: str) -> str:
     return f"### {title}\n\nCommand: `{command}`\n\nMachine: {machine()}; tree at {git_revision()}\n"
 

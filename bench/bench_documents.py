@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import ROOT, header, median, table  # noqa: E402
+from _harness import ROOT, header, median, table, write_section  # noqa: E402
 
 SECTION = "## PDF extraction (issue 18)"
 REAL_PDF = Path("/usr/share/doc/libtasn1-doc/libtasn1.pdf")
@@ -107,14 +107,7 @@ def main() -> None:
     ])
     print(text)
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        old = path.read_text()
-        start = old.find(SECTION)
-        if start >= 0:
-            end = old.find("\n## ", start + len(SECTION))
-            old = old[:start] + old[end + 1:] if end >= 0 else old[:start]
-        path.write_text(old.rstrip() + "\n\n" + text)
-
+        write_section(SECTION, text)
 
 if __name__ == "__main__":
     main()

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import ROOT, write_section  # noqa: E402
 
 from app import create_app
 from app.sessions import fountain  # noqa: E402
@@ -174,15 +174,7 @@ writer), one of them {args.big} turns.
 
 def write_results(text: str) -> Path:
     """Replace (or add) only our section of bench/RESULTS.md."""
-    path = ROOT / "bench" / "RESULTS.md"
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: text + "\n", old, count=1)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
-    return path
+    return write_section(SECTION, text)
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import ROOT, Reply, ScriptedOllama, close_quietly, header, live_app, median, table  # noqa: E402
+from _harness import Reply, ScriptedOllama, close_quietly, header, live_app, median, table, write_section  # noqa: E402
 
 SECTION = "## Turn cost (issue 13, problem 11)"
 DEADLINE_S = 30.0
@@ -78,14 +78,7 @@ def main() -> None:
     ])
     print(text)
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        old = path.read_text()
-        start = old.find(SECTION)
-        if start >= 0:
-            end = old.find("\n## ", start + len(SECTION))
-            old = old[:start] + old[end + 1:] if end >= 0 else old[:start]
-        path.write_text(old.rstrip() + "\n\n" + text)
-
+        write_section(SECTION, text)
 
 if __name__ == "__main__":
     main()
