@@ -139,7 +139,12 @@ def check_csrf():
     origin = request.headers.get("Origin")
     cross_site = request.headers.get("Sec-Fetch-Site") == "cross-site"
     if cross_site or (origin and origin != "null" and urlsplit(origin).netloc != request.host):
-        abort(403, description="This request came from another site and was refused.")
+        hint = ""
+        if not cross_site and came_through_proxy(request.environ):
+            hint = (f" (It came through a proxy as {request.host}, not as {urlsplit(origin).netloc}: "
+                    "the proxy must pass on the Host header, or name itself in server.trusted_proxy and "
+                    "send X-Forwarded-Host; see deploy/README.md.)")
+        abort(403, description="This request came from another site and was refused." + hint)
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
     expected = session.get("csrf", "")
     if not expected or not hmac.compare_digest(sent, expected):

@@ -285,6 +285,17 @@ def test_trusted_proxy_forms_sent_from_the_browsers_name_pass_the_origin_check(t
         assert evil.status_code == 403
 
 
+def test_a_proxy_that_hides_the_browsers_name_gets_a_refusal_that_says_why(tmp_path, scripted, serve):
+    """Bare nginx, not trusted: the browser's Origin is pi.lan, the Host 127.0.0.1:port."""
+    live = serve(configured(tmp_path, scripted))
+    with via_proxy(live) as proxied:
+        page = proxied.get("/login")
+        refused = proxied.post("/login", data={"password": PASSWORD, "csrf_token": token_of(page)},
+                               headers={"Origin": "https://pi.lan"})
+    assert refused.status_code == 403
+    assert "the proxy must pass on the Host header" in html.unescape(refused.text)
+
+
 def test_trusted_proxy_must_be_one_ip_address(tmp_path):
     from app.config import ConfigError, load_config
 
