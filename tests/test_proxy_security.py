@@ -165,11 +165,13 @@ def test_trusted_proxy_is_believed_only_from_its_address(tmp_path, scripted, ser
 def test_auto_on_loopback_asks_the_password_of_a_request_through_a_proxy(tmp_path, scripted, serve, header):
     live = serve(configured(tmp_path, scripted))
     with client(live) as local:
-        assert local.get("/", follow_redirects=True).status_code == 200      # this machine: no password
+        chat = local.get("/", follow_redirects=True)
+        assert chat.status_code == 200                                        # this machine: no password
+    name = chat.url.path.rsplit("/", 1)[-1]
     sessions = live.services.store.names()
     with client(live, PROXY, {header: FORWARDING[header]}) as proxied:
-        page = proxied.get("/s/anything?draft=hi")
-        assert page.status_code == 303 and page.headers["Location"].startswith("/login?next=/s/anything")
+        page = proxied.get(f"/s/{name}?draft=hi")                            # the old code served it: 200
+        assert page.status_code == 303 and page.headers["Location"].startswith(f"/login?next=/s/{name}")
         htmx = proxied.post("/new", headers={"HX-Request": "true"})
         assert htmx.status_code == 401 and htmx.headers["HX-Redirect"].startswith("/login")
         assert proxied.get("/login").status_code == 200                     # the form, not the chat
@@ -384,3 +386,48 @@ def test_an_upload_keeps_both_files_and_says_so(tmp_path, scripted, serve):
     taken = upload(live, session, "data.tar.gz", b"\x1f\x8b\x08")
     assert "saved as data-2.tar.gz" in html.unescape(taken.text)
     assert not [p for p in workspace.iterdir() if p.name.startswith(".")]   # no temporary file left
+
+
+# -- the real command ------------------------------------------------------------------------
+
+def test_harvey_serve_itself_asks_the_password_behind_its_trusted_proxy(tmp_path, scripted):
+    """`harvey serve` as systemd runs it, not a test harness: cmd_serve builds waitress with the proxy set-up."""
+    import queue
+
+    config = tmp_path / "harvey.yaml"
+    config.write_text(f"ollama:\n  url: {scripted.url}\n  model: tiny:1b\n"
+                      f"server:\n  host: 127.0.0.1\n  port: 0\n  trusted_proxy: {PROXY}\n"
+                      f"workspace: {tmp_path}/workspace\nsessions_dir: {tmp_path}/sessions\n"
+                      f"data_dir: {tmp_path}/data\n")
+    auth.set_password(tmp_path / "data", PASSWORD)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "--config", str(config), "serve"], cwd=ROOT,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    try:
+        url, seen = None, []
+        while url is None:
+            line = lines.get(timeout=60)                   # the deadline: Empty fails the test
+            seen.append(line)
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)/", line)
+            url = found and found.group(1)
+        assert any("Password required (auth: auto" in line and PROXY in line for line in seen), seen
+        with httpx.Client(base_url=url, transport=httpx.HTTPTransport(local_address=PROXY), timeout=10.0) as proxy:
+            assert proxy.get("/").status_code == 303                                    # to /login
+            seen_as = {"X-Forwarded-For": "192.168.1.10"}
+            page = proxy.get("/login", headers=seen_as)
+            signed = proxy.post("/login", headers=seen_as,
+                                data={"password": PASSWORD, "csrf_token": token_of(page)})
+            assert signed.status_code == 303
+        while True:
+            line = lines.get(timeout=30)
+            if "signed in from" in line:
+                assert line.rstrip().endswith("signed in from 192.168.1.10")           # the client, not the proxy
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
