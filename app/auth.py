@@ -13,6 +13,14 @@ names the password's generation, so setting a new password signs every device
 out. Wrong passwords are slowed down per client address (and, more gently, for
 everyone at once) by refusing early with 429 + Retry-After, never by sleeping on
 a waitress thread.
+
+Behind a reverse proxy every request arrives from loopback, so "listening on
+loopback" does not mean "used from this machine only": under ``auth: auto`` a
+request that carries forwarding headers must sign in, and naming the proxy
+(``server.trusted_proxy``) makes the password required for every request. The
+client address (the throttle's key, the log) is the one the proxy names only
+when the proxy is trusted (waitress rewrites REMOTE_ADDR then); otherwise it is
+the peer, because a header any client can type proves nothing.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flask import (Blueprint, Flask, Response, current_app, redirect, render_template, request, session,
-                   url_for)
+from flask import (Blueprint, Flask, Response, current_app, has_request_context, redirect, render_template,
+                   request, session, url_for)
+
+from .security import came_through_proxy
 
 log = logging.getLogger(__name__)
 bp = Blueprint("auth", __name__)
@@ -195,9 +205,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def password_required(mode: str, host: str) -> bool:
-    """none: never; password: always; auto: when the app listens beyond loopback."""
-    return mode == "password" or (mode == "auto" and not is_loopback(host))
+def password_required(mode: str, host: str, trusted_proxy: str | None = None) -> bool:
+    """none: never; password: always; auto: when the app listens beyond loopback or behind a proxy.
+
+    This is the decision for every request; under ``auto`` a request that came
+    through an unnamed proxy needs the password too (``AuthState.needed``).
+    """
+    return mode == "password" or (mode == "auto" and (not is_loopback(host) or bool(trusted_proxy)))
 
 
 @dataclass
@@ -209,6 +223,28 @@ class AuthState:
     per_client: Throttle = field(default_factory=Throttle)
     everyone: Throttle = field(default_factory=lambda: Throttle(free=20, cap=60.0))
     loopback_only: bool = False
+    mode: str = "auto"
+    trusted_proxy: str | None = None
+    _proxies_seen: set = field(default_factory=set)
+
+    def needed(self, environ) -> bool:
+        """Whether this request must carry a signed-in cookie.
+
+        Under ``auth: auto`` on loopback, a request with forwarding headers came
+        from wherever the proxy serves (the LAN, the internet), not from this
+        machine: it signs in like a LAN request.
+        """
+        return self.required or (self.mode == "auto" and came_through_proxy(environ))
+
+    def note_proxy(self, environ) -> None:
+        """Say once per proxy address that it is not trusted, and what that costs."""
+        peer = environ.get("REMOTE_ADDR", "")
+        if self.trusted_proxy or peer in self._proxies_seen or len(self._proxies_seen) > 16:
+            return
+        self._proxies_seen.add(peer)
+        log.warning("A request came through a proxy at %s (forwarding headers): it must sign in. "
+                    "Set server.trusted_proxy: %s in harvey.yaml so wrong passwords are counted per "
+                    "client, not for everyone behind the proxy at once.", peer, peer)
 
 
 def init_app(app: Flask) -> None:
@@ -218,12 +254,13 @@ def init_app(app: Flask) -> None:
     browser is sent to /login before anything else looks at its request.
     """
     config = app.extensions["harvey"].config
-    host = config.server.host
-    state = AuthState(required=password_required(config.auth, host),
-                      password=PasswordFile(config.data_path / PASSWORD_FILE),
-                      loopback_only=not password_required(config.auth, host) and is_loopback(host))
+    host, proxy = config.server.host, config.server.trusted_proxy
+    required = password_required(config.auth, host, proxy)
+    state = AuthState(required=required, password=PasswordFile(config.data_path / PASSWORD_FILE),
+                      loopback_only=not required and is_loopback(host), mode=config.auth, trusted_proxy=proxy)
     app.extensions["harvey_auth"] = state
     app.jinja_env.globals["password_protected"] = state.required   # pages offer "Sign out"
+    app.context_processor(_password_protected)
     app.permanent_session_lifetime = REMEMBER
     app.register_blueprint(bp)
     app.before_request(check_host)
@@ -231,19 +268,31 @@ def init_app(app: Flask) -> None:
     _log_decision(config, state)
 
 
+def _password_protected() -> dict:
+    """Pages offer "Sign out" where a password guards them (per request: a proxied one is guarded)."""
+    if not has_request_context():
+        return {}
+    return {"password_protected": _state().needed(request.environ)}
+
+
 def _log_decision(config, state: AuthState) -> None:
     """One start-up line that says whether a password protects the app, and why."""
     host = config.server.host
+    where = f"listening on {host}" + (f", behind the proxy at {state.trusted_proxy}" if state.trusted_proxy
+                                      else "")
     if state.required and state.password.record():
-        log.info("Password required (auth: %s, listening on %s).", config.auth, host)
+        log.info("Password required (auth: %s, %s).", config.auth, where)
     elif state.required:
-        log.warning("A password is required (auth: %s, listening on %s) but none is set: "
-                    "run `%s`. Until then only /healthz answers.", config.auth, host, SET_PASSWORD_HINT)
-    elif config.auth == "none" and not is_loopback(host):
-        log.warning("No password (auth: none) while listening on %s: anyone who can reach this port "
-                    "can use Harvey.", host)
+        log.warning("A password is required (auth: %s, %s) but none is set: "
+                    "run `%s`. Until then only /healthz answers.", config.auth, where, SET_PASSWORD_HINT)
+    elif config.auth == "none" and (not is_loopback(host) or state.trusted_proxy):
+        log.warning("No password (auth: none) while %s: anyone who can reach this port "
+                    "can use Harvey.", where)
+    elif config.auth == "none":
+        log.info("No password (auth: none): listening on loopback %s.", host)
     else:
-        log.info("No password (auth: %s): listening on loopback %s only.", config.auth, host)
+        log.info("No password (auth: %s): listening on loopback %s only; a request that comes through "
+                 "a reverse proxy (forwarding headers) must sign in.", config.auth, host)
 
 
 def _state() -> AuthState:
@@ -256,8 +305,9 @@ def check_host():
     A web page whose name is re-pointed at 127.0.0.1 would otherwise be "same
     origin" with an app that asks no password.
     """
-    if not _state().loopback_only:
-        return None
+    state = _state()
+    if not state.loopback_only or state.needed(request.environ):
+        return None   # a password guards it: a rebound name gains nothing
     try:
         name = urlsplit(f"//{request.host}").hostname or ""
     except ValueError:
@@ -271,7 +321,9 @@ def check_host():
 def require_login():
     """Let a request through only with a cookie for the current password."""
     state = _state()
-    if not state.required or request.endpoint in OPEN_ENDPOINTS:
+    if not state.required and came_through_proxy(request.environ):
+        state.note_proxy(request.environ)
+    if not state.needed(request.environ) or request.endpoint in OPEN_ENDPOINTS:
         return None
     generation = state.password.generation()
     if generation is None:
@@ -326,6 +378,14 @@ def _plain(status: int, message: str) -> Response:
 
 
 def _client() -> str:
+    """The throttle's key: the peer, or the client a trusted proxy names.
+
+    ``harvey serve`` lets waitress believe X-Forwarded-For only from
+    ``server.trusted_proxy`` (``security.waitress_proxy_settings``); then
+    REMOTE_ADDR is the client the proxy appended. From any other peer the
+    header is ignored here: read directly, it would let one client pose as
+    many (never throttled) or as the owner (locking them out).
+    """
     return request.remote_addr or "unknown"
 
 
@@ -335,7 +395,7 @@ def _client() -> str:
 def login():
     """The sign-in form; on success, remember this device for 180 days."""
     state = _state()
-    if not state.required:
+    if not state.needed(request.environ):
         return redirect(url_for("chat.index"), code=303)
     if state.password.generation() is None:
         return _setup_needed()

@@ -52,8 +52,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_serve(config: Config, args) -> int:
     """Serve the app; with --demo, fall back to the bundled model."""
-    from waitress import create_server
-
     from . import create_app
     from .ollama import OllamaClient
 
@@ -70,11 +68,7 @@ def cmd_serve(config: Config, args) -> int:
             log.warning("Ollama is not answering at %s; the app will say so and recover when it comes up.",
                         config.ollama.url)
     app = create_app(config)
-    server = create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
-                           channel_timeout=server_cfg.channel_timeout_s,
-                           connection_limit=server_cfg.connection_limit, ident="harvey",
-                           # refuse an oversized body before waitress spools it to the SD card
-                           max_request_body_size=app.config["MAX_CONTENT_LENGTH"])
+    server = make_server(app, server_cfg)
     log.info("Harvey Web %s listening on %s", _version(), _urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; Ollama at %s, model %s", config.sessions_path,
              config.workspace_path, config.ollama.url, config.ollama.model)
@@ -87,6 +81,21 @@ def cmd_serve(config: Config, args) -> int:
         if demo:
             demo.stop()
     return 0
+
+
+def make_server(app, server_cfg):
+    """The waitress server ``harvey serve`` runs (the tests start the app through this too)."""
+    from waitress import create_server
+
+    from .security import waitress_proxy_settings
+
+    return create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
+                         channel_timeout=server_cfg.channel_timeout_s,
+                         connection_limit=server_cfg.connection_limit, ident="harvey",
+                         # refuse an oversized body before waitress spools it to the SD card
+                         max_request_body_size=app.config["MAX_CONTENT_LENGTH"],
+                         # keep forwarding headers visible; believe them only from server.trusted_proxy
+                         **waitress_proxy_settings(server_cfg))
 
 
 def _start_demo(config: Config):

@@ -11,6 +11,7 @@ and ``tests/test_config.py`` checks that the two agree.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import types
 import typing
@@ -70,6 +71,9 @@ class ServerConfig:
     connection_limit: int = 50
     max_upload_mb: int = 20
     max_message_kb: int = 256
+    # The address of the reverse proxy in front of Harvey (e.g. 127.0.0.1 for Caddy or nginx on
+    # the Pi): its X-Forwarded-For/-Host/-Proto are believed, and the password is asked.
+    trusted_proxy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,13 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("port", "a port number 0-65535", obj.port)
         if obj.threads < 2:
             raise bad("threads", "at least 2 (one SSE stream holds a thread)", obj.threads)
+        if obj.trusted_proxy is not None:
+            try:
+                ipaddress.ip_address(obj.trusted_proxy.strip().strip("[]"))
+            except ValueError:
+                raise bad("trusted_proxy", "the IP address the proxy connects from (one address, "
+                                           "e.g. 127.0.0.1; not a name, a range or '*')",
+                          obj.trusted_proxy) from None
     elif isinstance(obj, Config):
         if obj.auth not in ("auto", "password", "none"):
             raise bad("auth", "one of auto, password, none", obj.auth)

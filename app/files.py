@@ -1,14 +1,28 @@
-"""The workspace file list: pick a file to ask about, analyse one, upload one."""
+"""The workspace file list: pick a file to ask about, analyse one, upload one.
+
+An upload never replaces a workspace file. Uploading a name that is taken keeps
+both: the new file gets the next free name (``notes-2.txt``), and the page says
+so. Keeping both rather than asking first, because the upload comes from a phone
+or a laptop in one tap and the user expects it to land: a question would mean
+holding the bytes on the server until they answer (or re-sending them), and the
+old file may be one the user put there by hand or a session refers to. The name
+it got is on the page, so nothing is lost and nothing is a surprise; deleting
+the one not wanted is the user's choice. The same bytes uploaded again add no
+copy.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 from flask import Blueprint, abort, flash, get_flashed_messages, redirect, render_template, request, url_for
 
 from .services import services
 from .sessions.names import valid_name
-from .workspace import Workspace, WorkspaceError
+from .storage import atomic_write
+from .workspace import Workspace, WorkspaceError, safe_filename
 
 log = logging.getLogger(__name__)
 bp = Blueprint("files", __name__, url_prefix="/files")
@@ -47,11 +61,70 @@ def upload():
     if len(data) > svc.config.server.max_upload_mb * 1024 * 1024:
         abort(413, description=f"The file is larger than {svc.config.server.max_upload_mb} MB.")
     try:
-        saved = Workspace(svc.config.workspace_path).save_upload(upload.filename, data)
+        workspace = Workspace(svc.config.workspace_path)
+        wanted = safe_filename(upload.filename)
+        name, added = save_keeping_both(workspace.root, wanted, data)
+        saved = workspace.resolve(name)
     except (WorkspaceError, OSError) as exc:
         log.warning("upload refused (%d bytes): %s", len(data), exc.__class__.__name__)
         flash(f"The upload was refused: {exc}", "error")
         return redirect(url_for("files.index", session=session), code=303)
-    log.info("uploaded a file of %d bytes to the workspace", saved.size)
-    flash(f"Uploaded {saved.name} ({saved.size} bytes).", "ok")
+    if not added:
+        flash(f"{name} is already in the workspace with the same content: nothing was added.", "ok")
+    elif name != wanted:
+        log.info("uploaded a file of %d bytes to the workspace under a new name (the first was taken)",
+                 saved.size)
+        flash(f"A file named {wanted} is already in the workspace, so this upload was saved as {name} "
+              f"({saved.size} bytes). Both are kept.", "ok")
+    else:
+        log.info("uploaded a file of %d bytes to the workspace", saved.size)
+        flash(f"Uploaded {saved.name} ({saved.size} bytes).", "ok")
     return redirect(url_for("files.index", session=session), code=303)
+
+
+MAX_COPIES = 1000
+
+
+def numbered(name: str, n: int) -> str:
+    """``notes.txt`` → ``notes-2.txt``; ``data.tar.gz`` → ``data-2.tar.gz``; within 120 characters."""
+    stem, dot, ext = name.partition(".")
+    tail = f"-{n}" + dot + ext
+    return stem[:max(1, 120 - len(tail))] + tail
+
+
+def save_keeping_both(root: Path, name: str, data: bytes) -> tuple[str, bool]:
+    """Store ``data`` as ``name``, or the first free ``name-N``; never replace a file.
+
+    Returns the name used and whether a file was added (False: a regular file
+    with that name already holds exactly these bytes). A name is claimed with
+    O_CREAT|O_EXCL, which fails on anything already there (a file, a folder, a
+    link, another upload's claim at the same moment), and the bytes then
+    replace only our own empty claim, atomically. Only regular files are
+    compared, never a link's target (it may be outside the workspace).
+    """
+    for n in range(1, MAX_COPIES + 1):
+        candidate = name if n == 1 else numbered(name, n)
+        path = root / candidate
+        if _same_bytes(path, data):
+            return candidate, False
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        try:
+            atomic_write(path, data)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return candidate, True
+    raise WorkspaceError(f"There are already {MAX_COPIES} files named like {name}: rename the file first.")
+
+
+def _same_bytes(path: Path, data: bytes) -> bool:
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size != len(data):
+            return False
+        return path.read_bytes() == data
+    except OSError:
+        return False

@@ -13,7 +13,8 @@ bare error page. The login gate (``app.auth``) runs before all of this.
 from __future__ import annotations
 
 import hmac
-import os
+import ipaddress
+import logging
 import secrets
 from pathlib import Path
 from urllib.parse import unquote_to_bytes, urlsplit
@@ -22,9 +23,28 @@ from flask import Flask, abort, current_app, render_template, request, session
 from markupsafe import escape
 from werkzeug.exceptions import HTTPException
 
+from .storage import atomic_write
+
+log = logging.getLogger(__name__)
+
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 CSRF_HEADER = "X-CSRF-Token"
 CSRF_FIELD = "csrf_token"
+
+KEY_BYTES = 32
+
+# What a reverse proxy adds to a request it passes on: waitress's own list (Forwarded and
+# X-Forwarded-*) and the other names proxies and CDNs use. Their presence is all that is read
+# here: a header a client can type is never believed, only a trusted proxy's (through waitress).
+FORWARDING_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto",
+                      "X-Forwarded-Port", "X-Forwarded-By", "X-Forwarded-Server", "X-Forwarded-Prefix",
+                      "X-Real-IP", "X-Client-IP", "True-Client-IP", "CF-Connecting-IP", "Via")
+_FORWARDING_KEYS = tuple("HTTP_" + name.upper().replace("-", "_") for name in FORWARDING_HEADERS)
+# What waitress believes from the trusted proxy: the client's address, the name and scheme the
+# browser used (so the Origin check compares with the name the user typed). Waitress refuses to
+# mix these with RFC 7239 Forwarded; Caddy and nginx send the X-Forwarded-* ones.
+TRUSTED_PROXY_HEADERS = frozenset({"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto",
+                                   "x-forwarded-port"})
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
@@ -53,16 +73,55 @@ def init_app(app: Flask) -> None:
 
 
 def load_secret_key(path: Path) -> bytes:
-    """A random key kept in the data folder (0600), made on first start."""
+    """A random key kept in the data folder (0600), made on first start.
+
+    Written atomically (a temporary file, fsync, rename): a power cut or a full
+    SD card leaves no key or the whole key, never a short one. A file shorter
+    than a whole key (what an older Harvey could leave after such a crash) is
+    not used: a new key replaces it, and every device signs in again.
+    """
     try:
-        return path.read_bytes()
+        key = path.read_bytes()
     except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
+        key = b""
+    if len(key) >= KEY_BYTES:
         return key
+    if key or path.exists():
+        log.warning("%s holds %d bytes, not a whole key: making a new one (devices sign in again)",
+                    path, len(key))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_bytes(KEY_BYTES)
+    atomic_write(path, key)   # mkstemp makes the file 0600 before a byte is written
+    return key
+
+
+# -- reverse proxies ------------------------------------------------------------------------
+
+def came_through_proxy(environ) -> bool:
+    """Whether the request carries a header that a reverse proxy adds (see FORWARDING_HEADERS).
+
+    Only presence counts, never the values: a loopback peer that forwards
+    requests from elsewhere must not be taken for this machine.
+    """
+    return any(key in environ for key in _FORWARDING_KEYS)
+
+
+def waitress_proxy_settings(server) -> dict:
+    """The waitress arguments for ``server.trusted_proxy`` (a ServerConfig).
+
+    Waitress 3 removes Forwarded and X-Forwarded-* from every request whose
+    peer is not its ``trusted_proxy`` (``clear_untrusted_proxy_headers``
+    defaults to true), so the app could not tell a proxied request from a local
+    one. Harvey keeps them (it only looks at their presence) and lets waitress
+    believe them only from the named proxy: then waitress sets REMOTE_ADDR to
+    the client the proxy names (the last X-Forwarded-For hop, the one the proxy
+    appended), and the Host and scheme to what the browser used.
+    """
+    settings: dict = {"clear_untrusted_proxy_headers": False}
+    if server.trusted_proxy:
+        settings.update(trusted_proxy=str(ipaddress.ip_address(server.trusted_proxy.strip().strip("[]"))),
+                        trusted_proxy_count=1, trusted_proxy_headers=set(TRUSTED_PROXY_HEADERS))
+    return settings
 
 
 def csrf_token() -> str:
@@ -80,7 +139,12 @@ def check_csrf():
     origin = request.headers.get("Origin")
     cross_site = request.headers.get("Sec-Fetch-Site") == "cross-site"
     if cross_site or (origin and origin != "null" and urlsplit(origin).netloc != request.host):
-        abort(403, description="This request came from another site and was refused.")
+        hint = ""
+        if not cross_site and came_through_proxy(request.environ):
+            hint = (f" (It came through a proxy as {request.host}, not as {urlsplit(origin).netloc}: "
+                    "the proxy must pass on the Host header, or name itself in server.trusted_proxy and "
+                    "send X-Forwarded-Host; see deploy/README.md.)")
+        abort(403, description="This request came from another site and was refused." + hint)
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
     expected = session.get("csrf", "")
     if not expected or not hmac.compare_digest(sent, expected):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Refused
-from .storage import atomic_write
 
 MAX_INDEXED_FILES = 5000
 # Words in a message that may name a file: something.ext or a/relative/path.
@@ -108,12 +107,6 @@ class Workspace:
             if match not in found:
                 found.append(match)
         return found, problems
-
-    def save_upload(self, filename: str, data: bytes) -> WorkspaceFile:
-        """Store an uploaded file at the workspace's top level under a safe name."""
-        name = safe_filename(filename)
-        atomic_write(self.root / name, data)
-        return self.resolve(name)
 
 
 def _candidate_words(text: str) -> list[str]:
