@@ -92,8 +92,10 @@ def make_server(app, server_cfg):
     return create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
                          channel_timeout=server_cfg.channel_timeout_s,
                          connection_limit=server_cfg.connection_limit, ident="harvey",
-                         # refuse an oversized body before waitress spools it to the SD card
-                         max_request_body_size=app.config["MAX_CONTENT_LENGTH"],
+                         # refuse a far too large body before waitress spools it to the SD card; one a
+                         # few MB over the limit (a long paste) still reaches the app, which says the
+                         # limit in plain words instead of waitress's bare text
+                         max_request_body_size=2 * app.config["MAX_CONTENT_LENGTH"] + 16 * 1024 * 1024,
                          # keep forwarding headers visible; believe them only from server.trusted_proxy
                          **waitress_proxy_settings(server_cfg))
 

@@ -43,13 +43,13 @@ class LiveApp:
     """The app under waitress on a free port, with an httpx client that holds the CSRF token."""
 
     def __init__(self, config: Config):
-        from waitress import create_server
-
         from app import create_app
+        from app.cli import make_server
 
         self.config = config
         self.app = create_app(config)
-        self.server = create_server(self.app, host="127.0.0.1", port=0, threads=config.server.threads)
+        # The same waitress settings as `harvey serve` (body limit, forwarding headers), on a free port.
+        self.server = make_server(self.app, dataclasses.replace(config.server, host="127.0.0.1", port=0))
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.closing = False
         self.thread = threading.Thread(target=self._serve, daemon=True)
