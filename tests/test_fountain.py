@@ -364,7 +364,7 @@ def test_fountain_py_validates_our_file_and_keeps_the_reply_as_dialogue():
     dialogue = cues[2][1]
     assert "/* not a boneyard, just C" in dialogue  # fountain-py shows "/\*" as "/*"
     assert "WARNING" in dialogue and "THIS LINE IS ALL CAPS" in dialogue
-    assert dialogue.count("") >= 4  # the blank lines stay inside the dialogue
+    assert dialogue.count(spmd.BLANK_LINE) >= 4  # the blank lines stay inside the dialogue
     elements = FountainParser().parse(text).elements
     assert [e.type for e in elements].count(ElementType.NOTE) == 1
     assert elements[-1].type == ElementType.CENTERED and elements[-1].text == "THE END."
@@ -380,7 +380,8 @@ def test_jouvence_reads_the_replies_as_the_model_cues_dialogue():
         assert line in big
     assert "\\#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
     assert pairs[5][1] == "C code:\nint x = 1; /\\* one\n/\\* two */\n\\*/"  # "int" is only escaped first
-    assert pairs[8][1] == "\\PLAIN\nCAPS\nLINES"  # a cue-like first line is escaped, the others are not
+    # A cue-like first line is escaped, the others are not; the blank lines are kept (zero width space).
+    assert pairs[8][1] == "\\PLAIN\n\u200b\nCAPS\n\u200b\nLINES"
     assert [s.header for s in JouvenceParser().parseString(text).scenes][1:] == [
         "INT. HARVEY AND RSDOIEL TALKING 2026-06-27 10:04:00"] * 3
 

@@ -225,6 +225,13 @@ class Turn:
 # ------------------------------------------------------------ line escaping
 
 _CR_SYMBOL = "\u240d"  # ␍ SYMBOL FOR CARRIAGE RETURN
+# An empty line inside a text.  Not whitespace to any parser (Python, Go, JavaScript), so every
+# Fountain tool keeps the dialogue going across it, and the terminal Harvey's Fountain library
+# never sees an empty line inside a reply: after one it takes any line without lowercase
+# letters ("```", "| A | B |", "42") for a character cue whose next line replaces the reply.
+BLANK_LINE = "\u200b"  # ZERO WIDTH SPACE
+# Lines the terminal Harvey's Fountain library reads as the end of the script, in any case.
+_GO_END_LINES = frozenset({"THE END", "THE END.", "LA FIN", "LA FIN.", "FADE IN:"})
 _SCENE_START = re.compile(r"(?:int|ext|est|i/e)[\s./]", re.IGNORECASE)
 _SCENE_START_UPPER = re.compile(r"(?:INT|EXT|EST|I/E)[\s./]")
 _SLASH_STAR = re.compile(r"/(\\*)(?=\*)")
@@ -252,7 +259,7 @@ def _structural(line: str, broad: bool) -> bool:
     never structural, which keeps the one-backslash prefix rule unambiguous.
     """
     t = line.strip()
-    if not t:
+    if not t or t == BLANK_LINE:
         return True
     c = t[0]
     if c == "\\":
@@ -260,10 +267,15 @@ def _structural(line: str, broad: bool) -> bool:
     if c in "!@#~=>":
         return True
     if c == ".":
-        return t[1:2] != "."
-    if (c == "(" and t[-1] == ")") or t == "*/" or _SCENE_START_UPPER.match(t):
+        # "..." is text to Fountain; the terminal Harvey takes it for a scene heading,
+        # which costs it the reply when it is the first line.
+        return t[1:2] != "." or broad
+    # "(a) ..." is a parenthetical to the terminal Harvey, whose next line would replace the reply.
+    if (c == "(" and ")" in t) or t == "*/" or _SCENE_START_UPPER.match(t) or t.upper() in _GO_END_LINES:
         return True
-    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
+    # First lines only: the terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case,
+    # "Interesting ...") as a scene heading, where the reply would be lost.
+    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)) or t[:3].upper() in ("INT", "EXT", "I/E"))
 
 
 def _escape_inline(s: str) -> str:
@@ -296,7 +308,7 @@ def _unescape_inline(s: str) -> str:
 def _encode_line(line: str, first: bool) -> str:
     """Write one text line so that it stays text (rules 1 and 2)."""
     if not line and not first:
-        return "  "
+        return BLANK_LINE
     e = _escape_inline(line)
     core = e.lstrip("\\")
     # A line already starting with "\" must keep its backslashes whenever the
@@ -308,7 +320,7 @@ def _encode_line(line: str, first: bool) -> str:
 
 def _decode_line(e: str) -> str:
     """Read one written text line back (context-free, so any position decodes alike)."""
-    if not e.strip():
+    if not e.strip() or e == BLANK_LINE:  # our blank line, or Fountain's two spaces (older files)
         return ""
     if e[0] == "\\" and _structural(e.lstrip("\\"), broad=True):
         e = e[1:]
