@@ -275,13 +275,13 @@ def recovered(replay: HarveyReplay, exchanges: list[tuple[str, str]]) -> dict:
     """What Harvey's replay got back, counted against what was written.
 
     A turn counts when Harvey's user line is the start of the message written; a reply's characters
-    count when Harvey's reply is the start of the reply written (less a leading escape backslash),
-    otherwise Harvey took another line for the reply and nothing counts.
+    count when Harvey's reply is the start of the reply written, otherwise Harvey took another line for
+    the reply and nothing counts (``wrong_replies``). A leading escape backslash is not counted.
     """
     turns = chars = wrong = 0
     pending = list(replay.turns)
     for message, reply in exchanges:
-        match = next((t for t in pending if t[0] and message.strip().startswith(t[0])), None)
+        match = next((t for t in pending if t[0] and message.strip().startswith(t[0].removeprefix("\\"))), None)
         if match is None:
             continue
         pending = pending[pending.index(match) + 1:]
@@ -321,7 +321,7 @@ def test_the_port_reads_harveys_own_recordings_as_its_tests_expect():
 WHEN = datetime(2026, 6, 27, 10, 4, 0)
 CONVERSATION = [
     ("How do I lower the Pi's swappiness?",
-     "Set vm.swappiness in /etc/sysctl.conf.\n\nThen run `sudo sysctl -p` to apply it.\n\nCHECK IT\n"
+     "Set vm.swappiness in /etc/sysctl.conf.\n\nThen apply it with sysctl.\n\nCHECK IT\n"
      "cat /proc/sys/vm/swappiness"),
     ("Show me a C hello world.",
      "Here it is:\n\n```c\n#include <stdio.h>\n/* print a greeting */\nint main(void) {\n"
@@ -331,8 +331,9 @@ CONVERSATION = [
      "(a) ext4 is simpler.\n(b) btrfs has snapshots.\n\nBoth work on a Pi."),
     ("Tell me a two-line story.", "A Pi booted once.\nIt never stopped.\n\nThe End."),
     ("List three tips.",
-     "# Tips\n\n1. Use a good power supply.\n2. Add a heatsink.\n3. Keep backups.\n\n42\nis the answer to the rest."),
-    ("Thanks!\nOne more: what is 2+2?", "4"),
+     "# Tips\n\n1. Use a good power supply.\n2. Add a heatsink - a small one.\n3. Keep backups.\n\n42\n"
+     "is the answer to the rest."),
+    ("@llama3.1 Thanks!\nOne more: what is 2+2?", "4"),
 ]
 
 
