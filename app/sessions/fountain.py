@@ -44,15 +44,21 @@ reply was stopped or failed) after the reply.  The file ends with centred
 ``>THE END.<`` (see ``END_MARKER``).  A chunk analysis (design seed 000) is its
 own scene, ``INT. CHUNK ANALYSIS — FILE TS``, between the TALKING scene where
 HARVEY reported the overflow and a TALKING scene with no user line that
-carries the synthesized answer.
+carries the synthesized answer.  A message several models answered (the
+terminal Harvey's multi-model scene) is one scene: the user's line, then each
+model's ``Forwarding to`` line and reply.
 
 The reader (:func:`loads`) also takes what the terminal Harvey writes: plain
 ``THE END.``, ``TALKING — TS`` headings (seconds optional), a bare
 ``Model: X`` action, no ``Forwarding to`` line, several exchanges in one
-scene, replies cut into paragraphs at their blank lines (:func:`turns` joins
-them again), CRLF line ends, a BOM, and a file torn by a crash (no end marker,
-a half-written last line, a cue whose text never came).  Scenes it does not
-know (EXT route scenes, AGENT MODE, SHELL, SKILL ...) are kept as scenes.
+scene, several models answering one message, HARVEY answering as the local
+model, replies (and messages, chunk replies) cut into paragraphs at their
+blank lines (:func:`turns` joins them again), its recorder's CHUNK ANALYSIS
+scene (no instruction; ``{MODEL}`` ``(chunk i/N)`` and ``(synthesis)`` replies,
+written before the turn that named the file), CRLF line ends, a BOM, and a
+file torn by a crash (no end marker, a half-written last line, a cue whose
+text never came).  Scenes it does not know (EXT route scenes, AGENT MODE,
+SHELL, SKILL, CONTEXT RECALL ...) are kept as scenes.
 
 Escaping of dialogue and action text
 ====================================
@@ -62,18 +68,30 @@ rest of the file).  Text is written line by line and only lines that need it
 change, so ordinary replies stay readable and screenplay tools still show them
 as the character's dialogue:
 
-1. An empty line inside a text is written as two spaces, Fountain's way to
-   keep a dialogue going across a paragraph break.  An empty *first* line is
-   written as a lone ``\`` instead: a cue followed by a blank-looking line is
-   no cue.
+1. An empty line inside a text is written as a line holding one zero width
+   space (U+200B, ``BLANK_LINE``).  No parser (Python, Go, JavaScript) takes
+   it for whitespace, so every Fountain tool keeps the dialogue going across
+   the paragraph break, and the terminal Harvey's Fountain library, for which
+   a line of two spaces (Fountain's own way, which older files of ours use and
+   the reader still takes) is an empty line, never sees one inside a reply:
+   after an empty line it reads any line without lowercase letters (````` ``` `````,
+   ``| A | B |``, ``42``) as a cue whose next line replaces the reply.  An
+   empty *first* line is written as a lone ``\`` instead: a cue followed by a
+   blank-looking line is no cue.
 2. A line a Fountain parser could take as structure gets one leading ``\``:
-   its stripped form is empty, starts with ``! @ # ~ = >`` or with ``.`` (not
-   ``..``), is a ``(parenthetical)`` or ``*/``, or starts like an uppercase
+   its stripped form is empty or ``BLANK_LINE``, starts with ``! @ # ~ = >`` or
+   with ``.`` (not ``..``), starts with ``(`` and holds a ``)`` (the terminal
+   Harvey's parenthetical, after which it reads the next line as the reply),
+   is ``*/``, reads ``THE END``/``LA FIN``/``FADE IN:`` in any case (where
+   the terminal Harvey stops reading the file), or starts like an uppercase
    scene heading (``INT``/``EXT``/``EST``/``I/E`` + ``.``, space or ``/``).
    The *first* line of a text also gets it when it looks like a cue or a
    transition (letters, none lowercase: ``WARNING``, ``CUT TO:``) or like a
    scene heading in any case (``int main``), because there fountain-py would
-   refuse the cue above it.  The reader removes one ``\`` when, and only
+   refuse the cue above it, and when it starts with ``...`` or, in any case,
+   with ``int``/``ext``/``i/e`` (``Interesting ...``): the terminal Harvey
+   reads those as scene headings and would lose the reply, of which it only
+   ever reads the first line.  The reader removes one ``\`` when, and only
    when, what follows the line's leading backslashes looks like structure
    (any of the above, first-line cases included); so a written line that
    already starts that way gets one more backslash.
@@ -96,7 +114,7 @@ when read.
 
 API
 ===
-Data: :class:`Element`, :class:`Scene`, :class:`Screenplay`.
+Data: :class:`Element`, :class:`Scene`, :class:`Screenplay`, :class:`Answer`.
 Text: :func:`dumps`, :func:`loads`, :func:`read_file`.
 Chat: :class:`Turn`, :func:`turns`, :func:`chat_scene`, :func:`turn_scenes`,
 :func:`model_cue`, :func:`stats_line`, :func:`new_title_page`,
