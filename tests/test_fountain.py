@@ -222,10 +222,33 @@ def test_end_marker_plain_centred_or_missing(end):
     assert spmd.turns(play)[0].reply == "hello"
 
 
-@pytest.mark.parametrize("name", ["harvey_exact", "harvey_variants", "seed000_chunk"])
+HARVEY_LAYOUTS = ["harvey_exact", "harvey_variants", "seed000_chunk", "harvey_multi_model", "harvey_local_model",
+                  "harvey_recorder", "harvey_chunk_recorder"]
+
+
+@pytest.mark.parametrize("name", HARVEY_LAYOUTS)
 def test_crlf_input_reads_the_same(name):
     text = (DATA / f"{name}.spmd").read_text(encoding="utf-8")
     assert spmd.loads(text.replace("\n", "\r\n")) == spmd.loads(text)
+
+
+@pytest.mark.parametrize("name", HARVEY_LAYOUTS)
+def test_harvey_layouts_rewrite_losslessly_and_validate(name):
+    play = spmd.read_file(DATA / f"{name}.spmd")
+    text = spmd.dumps(play)
+    assert spmd.loads(text) == play
+    assert spmd.turns(spmd.loads(text)) == spmd.turns(play)
+    assert FountainParser().validate(text) == []
+
+
+@pytest.mark.parametrize("name", ["harvey_multi_model", "harvey_chunk_recorder", "harvey_local_model"])
+def test_torn_harvey_layouts_read_at_every_cut(name):
+    text = (DATA / f"{name}.spmd").read_text(encoding="utf-8")
+    for cut in range(0, len(text), 7):
+        play = spmd.loads(text[:cut])
+        assert spmd.loads(spmd.dumps(play)) == play, cut
+        for turn in spmd.turns(play):
+            assert turn.scenes is not None and turn.scenes[0] <= turn.scenes[1] < len(play.scenes), cut
 
 
 def test_crlf_input_of_our_own_file_keeps_every_text():
@@ -514,6 +537,20 @@ def canonical(turn):
         named = None if turn.analysis is not None else cue
     model = MODEL if turn.stats and named in (None, "LLAMA3.1") else named  # STATS names llama3.1:8b
     return dataclasses.replace(turn, notes=notes, model=model)
+
+
+answer_st = st.builds(spmd.Answer, model=st.sampled_from(["MISTRAL", "CLAUDE", "GEMMA4"]),
+                      text=st.one_of(any_text, grammar_text))
+
+
+@PROPERTY
+@given(reply=st.one_of(any_text, grammar_text), more=st.lists(answer_st, min_size=1, max_size=3),
+       notes=st.lists(note_st, max_size=2))
+def test_multi_model_turns_read_back(reply, more, notes):
+    turn = spmd.Turn(WHEN, "@a @b ask", "LLAMA3.1", reply, None, notes, more=more)
+    text = session_text(turn)
+    assert spmd.turns(spmd.loads(text)) == [canonical(turn)]
+    assert FountainParser().validate(text) == []
 
 
 @PROPERTY
