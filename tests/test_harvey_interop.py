@@ -418,6 +418,20 @@ def test_fountain_tools_still_read_every_reply_line_of_our_file(harvey_app):
         assert [w.lstrip() for w in want] == have
 
 
+def test_screenplain_reads_every_reply_line_of_our_file(harvey_app):
+    """screenplain is not a test dependency: checked where it is installed."""
+    import io
+
+    parsers = pytest.importorskip("screenplain.parsers.fountain")
+    text = written_by_the_app(harvey_app)
+    dialogs = [p for p in parsers.parse(io.StringIO(text)) if type(p).__name__ == "Dialog"]
+    replies = [p for p in dialogs if str(p.character) == "LLAMA3.1"]
+    assert len(replies) == len(CONVERSATION)
+    for (_, reply), dialog in zip(CONVERSATION, replies):
+        lines = [str(line) for _, line in dialog.blocks]
+        assert len(lines) == len(reply.split("\n"))     # every line, the blank ones included
+
+
 def test_the_comparison_fails_for_a_writer_that_keeps_two_space_blank_lines(harvey_app, monkeypatch):
     """Guard: the count above can fail; with Fountain's two-space blank lines Harvey mistakes replies."""
     monkeypatch.setattr(spmd, "BLANK_LINE", "  ")
