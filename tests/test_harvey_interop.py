@@ -611,6 +611,20 @@ def test_the_continued_file_reads_the_old_turns_as_before(harvey_app):
     assert [t.user for t in after] == ["RSDOIEL", "RSDOIEL", "RSDOIEL", "TESTER"]
 
 
+def test_harvey_reads_back_a_session_continued_here(harvey_app):
+    """Import Harvey's multi-model file, continue it here, and hand it back: Harvey's replay gets every turn."""
+    _, _, live, session = continued(harvey_app, "harvey_multi_model", message="One more thing?")
+    replay = HarveyReplay.read(live.services.store.path(session).read_text(encoding="utf-8"))
+    own = HarveyReplay.read((DATA / "harvey_multi_model.spmd").read_text(encoding="utf-8"))
+    assert own.turns == [("Which tests first?", "The parser's edge cases.")]  # "@..." lines are cues to it
+    assert replay.turns == [("\\@mistral review this, then @llama3.1 give a second opinion",
+                             "Second opinion: I agree, but consider adding tests."),
+                            ("Which tests first?", "The parser's edge cases."),
+                            ("\\@mistral @llama3.1 compare your approaches", "Mine differs: one test per rule."),
+                            ("One more thing?", "You said: One more thing?")]
+    assert replay.user == "TESTER" and replay.model == "MISTRAL"          # the model the new turn went to
+
+
 # ------------------------------------------------------------------------ the page
 
 
