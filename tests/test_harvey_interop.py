@@ -604,6 +604,13 @@ def test_continuing_the_variants_layout(harvey_app):
                     u("And now?"), a("Now I answer.")]
 
 
+def test_continuing_the_exact_layout_leaves_out_the_agent_and_ext_scenes(harvey_app):
+    sent, model, _, _ = continued(harvey_app, "harvey_exact")
+    assert sent == [u("What is 2+2?"), a("4"), u("Read go.mod and tell me the module path."),
+                    a("The module path is github.com/rsdoiel/harvey.")]
+    assert model == "llama3.1:8b"
+
+
 def test_the_continued_file_reads_the_old_turns_as_before(harvey_app):
     _, _, live, session = continued(harvey_app, "harvey_multi_model")
     after = live.services.store.load(session).turns
