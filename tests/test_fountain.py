@@ -222,10 +222,33 @@ def test_end_marker_plain_centred_or_missing(end):
     assert spmd.turns(play)[0].reply == "hello"
 
 
-@pytest.mark.parametrize("name", ["harvey_exact", "harvey_variants", "seed000_chunk"])
+HARVEY_LAYOUTS = ["harvey_exact", "harvey_variants", "seed000_chunk", "harvey_multi_model", "harvey_local_model",
+                  "harvey_recorder", "harvey_chunk_recorder"]
+
+
+@pytest.mark.parametrize("name", HARVEY_LAYOUTS)
 def test_crlf_input_reads_the_same(name):
     text = (DATA / f"{name}.spmd").read_text(encoding="utf-8")
     assert spmd.loads(text.replace("\n", "\r\n")) == spmd.loads(text)
+
+
+@pytest.mark.parametrize("name", HARVEY_LAYOUTS)
+def test_harvey_layouts_rewrite_losslessly_and_validate(name):
+    play = spmd.read_file(DATA / f"{name}.spmd")
+    text = spmd.dumps(play)
+    assert spmd.loads(text) == play
+    assert spmd.turns(spmd.loads(text)) == spmd.turns(play)
+    assert FountainParser().validate(text) == []
+
+
+@pytest.mark.parametrize("name", ["harvey_multi_model", "harvey_chunk_recorder", "harvey_local_model"])
+def test_torn_harvey_layouts_read_at_every_cut(name):
+    text = (DATA / f"{name}.spmd").read_text(encoding="utf-8")
+    for cut in range(0, len(text), 7):
+        play = spmd.loads(text[:cut])
+        assert spmd.loads(spmd.dumps(play)) == play, cut
+        for turn in spmd.turns(play):
+            assert turn.scenes is not None and turn.scenes[0] <= turn.scenes[1] < len(play.scenes), cut
 
 
 def test_crlf_input_of_our_own_file_keeps_every_text():
@@ -364,7 +387,7 @@ def test_fountain_py_validates_our_file_and_keeps_the_reply_as_dialogue():
     dialogue = cues[2][1]
     assert "/* not a boneyard, just C" in dialogue  # fountain-py shows "/\*" as "/*"
     assert "WARNING" in dialogue and "THIS LINE IS ALL CAPS" in dialogue
-    assert dialogue.count("") >= 4  # the blank lines stay inside the dialogue
+    assert dialogue.count(spmd.BLANK_LINE) >= 4  # the blank lines stay inside the dialogue
     elements = FountainParser().parse(text).elements
     assert [e.type for e in elements].count(ElementType.NOTE) == 1
     assert elements[-1].type == ElementType.CENTERED and elements[-1].text == "THE END."
@@ -380,7 +403,8 @@ def test_jouvence_reads_the_replies_as_the_model_cues_dialogue():
         assert line in big
     assert "\\#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
     assert pairs[5][1] == "C code:\nint x = 1; /\\* one\n/\\* two */\n\\*/"  # "int" is only escaped first
-    assert pairs[8][1] == "\\PLAIN\nCAPS\nLINES"  # a cue-like first line is escaped, the others are not
+    # A cue-like first line is escaped, the others are not; the blank lines are kept (zero width space).
+    assert pairs[8][1] == "\\PLAIN\n\u200b\nCAPS\n\u200b\nLINES"
     assert [s.header for s in JouvenceParser().parseString(text).scenes][1:] == [
         "INT. HARVEY AND RSDOIEL TALKING 2026-06-27 10:04:00"] * 3
 
@@ -513,6 +537,20 @@ def canonical(turn):
         named = None if turn.analysis is not None else cue
     model = MODEL if turn.stats and named in (None, "LLAMA3.1") else named  # STATS names llama3.1:8b
     return dataclasses.replace(turn, notes=notes, model=model)
+
+
+answer_st = st.builds(spmd.Answer, model=st.sampled_from(["MISTRAL", "CLAUDE", "GEMMA4"]),
+                      text=st.one_of(any_text, grammar_text))
+
+
+@PROPERTY
+@given(reply=st.one_of(any_text, grammar_text), more=st.lists(answer_st, min_size=1, max_size=3),
+       notes=st.lists(note_st, max_size=2))
+def test_multi_model_turns_read_back(reply, more, notes):
+    turn = spmd.Turn(WHEN, "@a @b ask", "LLAMA3.1", reply, None, notes, more=more)
+    text = session_text(turn)
+    assert spmd.turns(spmd.loads(text)) == [canonical(turn)]
+    assert FountainParser().validate(text) == []
 
 
 @PROPERTY

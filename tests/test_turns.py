@@ -256,3 +256,34 @@ def test_the_session_is_busy_until_the_reply_is_in_the_file(live, scripted):
         wait_for(lambda: idle(live, name), what="the reply")
         turns = recorded_turns(live, name)
         assert turns[-1].user_text == f"m{i}" and turns[-1].reply == f"You said: m{i}"
+
+
+def test_the_turns_kept_after_each_write_are_the_turns_a_fresh_read_of_the_file_gives(tmp_path):
+    """The store re-parses only the changed last turn; that must never differ from reading the file."""
+    import random
+
+    rng = random.Random(7)
+    s = store(tmp_path)
+    name = s.create("tiny:1b", now=T0).name
+    for step in range(60):
+        turns = s.load(name).turns
+        action = rng.choice(["ask", "ask", "answer", "compact", "switch", "error"])
+        if action == "answer" and turns and turns[-1].reply is None and turns[-1].user_text:
+            last = turns[-1]
+            s.replace_turn(name, len(turns) - 1, fountain.Turn(last.when, last.user_text, "tiny:1b",
+                                                               reply=f"reply {step}\n\nsecond paragraph"),
+                           expect=last.user_text)
+        elif action == "compact":
+            s.append_turn(name, fountain.Turn(T0, None, "tiny:1b", harvey=f"summary {step}",
+                                              notes=[notes.compact(2, "tiny:1b")]))
+        elif action == "switch":
+            s.append_turn(name, fountain.Turn(T0, f"@other:7b q{step}", "other:7b",
+                                              notes=[notes.model_switch_note("other:7b", "ollama", T0)]))
+        elif action == "error":
+            s.append_turn(name, fountain.Turn(T0, f"q{step}", "tiny:1b", notes=[notes.error("timeout", "slow")]))
+        else:
+            s.append_turn(name, fountain.Turn(T0, f"question {step}", "tiny:1b"))
+        kept = s.load(name).turns
+        fresh = fountain.turns(fountain.loads((tmp_path / f"{name}.spmd").read_text()))
+        assert kept == fresh, step
+        assert [t.scenes for t in kept] == [t.scenes for t in fresh], step

@@ -101,7 +101,12 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
     """Past turns as chat messages, oldest first.
 
     A compact note (a summary the model wrote of the turns before it) replaces
-    those turns in the request; the session file keeps them all.
+    those turns in the request; the session file keeps them all.  A message two
+    models answered (the terminal Harvey's multi-model scene) is one user and
+    one assistant message holding both replies, each introduced by its model's
+    name, so the roles keep alternating.  The terminal Harvey's ``/read-chunks``
+    (a chunk analysis with no message) is sent the way Harvey keeps it in its
+    history: ``[/read-chunks FILE — N chunk(s)]`` and the synthesis.
     """
     history: list[list[dict]] = []
     for turn in turns:
@@ -110,12 +115,28 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
             history = [[{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
                         {"role": "assistant", "content": "Noted."}], *history[replaced:]]
             continue
-        if turn.reply is None or not turn.user_text:
+        if turn.reply is None:
             continue
-        prompt = MENTION_AT_START.sub("", turn.user_text, count=1) if turn.user_text.startswith("@") else turn.user_text
+        if turn.user_text:
+            prompt = turn.user_text
+            while prompt.startswith("@") and MENTION_AT_START.match(prompt):  # "@mistral @claude compare"
+                prompt = MENTION_AT_START.sub("", prompt, count=1)
+        elif turn.user_text is None and turn.analysis is not None:
+            a = turn.analysis
+            prompt = f"[/read-chunks {a.file} — {a.chunks} chunk(s)]" + (f"\n{a.instruction}" if a.instruction else "")
+        else:
+            continue
         history.append([{"role": "user", "content": prompt},
-                        {"role": "assistant", "content": turn.reply}])
+                        {"role": "assistant", "content": assistant_text(turn)}])
     return history
+
+
+def assistant_text(turn: fountain.Turn) -> str:
+    """The reply as the model is shown it; with further models' replies, each under its name."""
+    if not turn.more:
+        return turn.reply or ""
+    answers = [(turn.model or "MODEL", turn.reply or ""), *((a.model, a.text) for a in turn.more)]
+    return "\n\n".join(f"{fountain.model_cue(model)} answered:\n{text}" for model, text in answers)
 
 
 COMPACT_INTRO = "A summary of our conversation so far:"

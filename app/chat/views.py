@@ -100,13 +100,26 @@ def _load(name: str) -> Session:
 
 
 def session_model(session: Session, installed: list[str] | None = None) -> str:
-    """The model of the session's last turn, else the configured default."""
-    for turn in reversed(session.turns):
-        if turn.model:
-            if installed is None:
-                installed, _ = _models()
-            return prepare.match_model(turn.model, installed)
-    return services().config.ollama.model
+    """The model of the session's last turn, else the configured default.
+
+    A recorded model that is not installed here (a cloud model of the terminal
+    Harvey, say) gives way to the configured default, or the first installed model.
+    """
+    default = services().config.ollama.model
+    recorded = recorded_model(session)
+    if recorded is None:
+        return default
+    if installed is None:
+        installed, _ = _models()
+    model = prepare.match_model(recorded, installed)
+    if installed and model not in installed:
+        return default if default in installed else installed[0]
+    return model
+
+
+def recorded_model(session: Session) -> str | None:
+    """The model the session's last turn names, as recorded."""
+    return next((turn.model for turn in reversed(session.turns) if turn.model), None)
 
 
 def status_for(session: Session, model: str) -> dict:
@@ -173,6 +186,10 @@ def new_session():
 def page(name: str):
     session = _load(name)
     ctx = _context(session, draft=request.args.get("draft", ""))
+    recorded = recorded_model(session)
+    if recorded and ctx["models"] and prepare.match_model(recorded, ctx["models"]) not in ctx["models"]:
+        ctx["status"]["problem"] = (f"This session's model {recorded} is not installed here; continuing with "
+                                    f"{ctx['model']}. Installed: {', '.join(ctx['models'])}.")
     start = max(0, len(session.turns) - PAGE_TURNS)
     return render_template("chat/page.html", turns=_views(session, ctx["model"], start), earlier=start,
                            recent=_recent(), **ctx)

@@ -44,15 +44,21 @@ reply was stopped or failed) after the reply.  The file ends with centred
 ``>THE END.<`` (see ``END_MARKER``).  A chunk analysis (design seed 000) is its
 own scene, ``INT. CHUNK ANALYSIS — FILE TS``, between the TALKING scene where
 HARVEY reported the overflow and a TALKING scene with no user line that
-carries the synthesized answer.
+carries the synthesized answer.  A message several models answered (the
+terminal Harvey's multi-model scene) is one scene: the user's line, then each
+model's ``Forwarding to`` line and reply.
 
 The reader (:func:`loads`) also takes what the terminal Harvey writes: plain
 ``THE END.``, ``TALKING — TS`` headings (seconds optional), a bare
 ``Model: X`` action, no ``Forwarding to`` line, several exchanges in one
-scene, replies cut into paragraphs at their blank lines (:func:`turns` joins
-them again), CRLF line ends, a BOM, and a file torn by a crash (no end marker,
-a half-written last line, a cue whose text never came).  Scenes it does not
-know (EXT route scenes, AGENT MODE, SHELL, SKILL ...) are kept as scenes.
+scene, several models answering one message, HARVEY answering as the local
+model, replies (and messages, chunk replies) cut into paragraphs at their
+blank lines (:func:`turns` joins them again), its recorder's CHUNK ANALYSIS
+scene (no instruction; ``{MODEL}`` ``(chunk i/N)`` and ``(synthesis)`` replies,
+written before the turn that named the file), CRLF line ends, a BOM, and a
+file torn by a crash (no end marker, a half-written last line, a cue whose
+text never came).  Scenes it does not know (EXT route scenes, AGENT MODE,
+SHELL, SKILL, CONTEXT RECALL ...) are kept as scenes.
 
 Escaping of dialogue and action text
 ====================================
@@ -62,18 +68,30 @@ rest of the file).  Text is written line by line and only lines that need it
 change, so ordinary replies stay readable and screenplay tools still show them
 as the character's dialogue:
 
-1. An empty line inside a text is written as two spaces, Fountain's way to
-   keep a dialogue going across a paragraph break.  An empty *first* line is
-   written as a lone ``\`` instead: a cue followed by a blank-looking line is
-   no cue.
+1. An empty line inside a text is written as a line holding one zero width
+   space (U+200B, ``BLANK_LINE``).  No parser (Python, Go, JavaScript) takes
+   it for whitespace, so every Fountain tool keeps the dialogue going across
+   the paragraph break, and the terminal Harvey's Fountain library, for which
+   a line of two spaces (Fountain's own way, which older files of ours use and
+   the reader still takes) is an empty line, never sees one inside a reply:
+   after an empty line it reads any line without lowercase letters (````` ``` `````,
+   ``| A | B |``, ``42``) as a cue whose next line replaces the reply.  An
+   empty *first* line is written as a lone ``\`` instead: a cue followed by a
+   blank-looking line is no cue.
 2. A line a Fountain parser could take as structure gets one leading ``\``:
-   its stripped form is empty, starts with ``! @ # ~ = >`` or with ``.`` (not
-   ``..``), is a ``(parenthetical)`` or ``*/``, or starts like an uppercase
+   its stripped form is empty or ``BLANK_LINE``, starts with ``! @ # ~ = >`` or
+   with ``.`` (not ``..``), starts with ``(`` and holds a ``)`` (the terminal
+   Harvey's parenthetical, after which it reads the next line as the reply),
+   is ``*/``, reads ``THE END``/``LA FIN``/``FADE IN:`` in any case (where
+   the terminal Harvey stops reading the file), or starts like an uppercase
    scene heading (``INT``/``EXT``/``EST``/``I/E`` + ``.``, space or ``/``).
    The *first* line of a text also gets it when it looks like a cue or a
    transition (letters, none lowercase: ``WARNING``, ``CUT TO:``) or like a
    scene heading in any case (``int main``), because there fountain-py would
-   refuse the cue above it.  The reader removes one ``\`` when, and only
+   refuse the cue above it, and when it starts with ``...`` or, in any case,
+   with ``int``/``ext``/``i/e`` (``Interesting ...``): the terminal Harvey
+   reads those as scene headings and would lose the reply, of which it only
+   ever reads the first line.  The reader removes one ``\`` when, and only
    when, what follows the line's leading backslashes looks like structure
    (any of the above, first-line cases included); so a written line that
    already starts that way gets one more backslash.
@@ -96,7 +114,7 @@ when read.
 
 API
 ===
-Data: :class:`Element`, :class:`Scene`, :class:`Screenplay`.
+Data: :class:`Element`, :class:`Scene`, :class:`Screenplay`, :class:`Answer`.
 Text: :func:`dumps`, :func:`loads`, :func:`read_file`.
 Chat: :class:`Turn`, :func:`turns`, :func:`chat_scene`, :func:`turn_scenes`,
 :func:`model_cue`, :func:`stats_line`, :func:`new_title_page`,
@@ -151,12 +169,14 @@ class Element:
 
     ``kind`` is "action", "dialogue" or "note".  ``text`` is the exact text
     (unescaped); for a note, the text between ``[[`` and ``]]``.  ``character``
-    is the cue of a dialogue without any ``@``.
+    is the cue of a dialogue without any ``@``.  ``paren``: a dialogue's parenthetical line
+    (Harvey's ``(chunk 1/3)``, ``(synthesis)``) without its parentheses.
     """
 
     kind: str
     text: str
     character: str = ""
+    paren: str = ""
 
 
 @dataclass
@@ -181,7 +201,9 @@ class ChunkAnalysis:
 
     ``results`` holds one status per chunk in order: "ok", "error: msg" or
     "cancelled".  ``synthesis`` is the same for the reduce step, None while it
-    has not run.
+    has not run.  ``replies`` (chunk number -> text) and ``answer`` are what the
+    model said for each chunk and for the synthesis, when the file records them
+    (the terminal Harvey's recorder does; seed 000's design and this app do not).
     """
 
     file: str
@@ -193,6 +215,16 @@ class ChunkAnalysis:
     when: datetime | None = None
     results: list[str] = field(default_factory=list)
     synthesis: str | None = None
+    replies: dict[int, str] = field(default_factory=dict)
+    answer: str | None = None
+
+
+@dataclass
+class Answer:
+    """A further model's reply to the same message (FOUNTAIN_FORMAT.md's multi-model scene)."""
+
+    model: str
+    text: str
 
 
 @dataclass
@@ -206,6 +238,8 @@ class Turn:
     HARVEY said itself (overflow alert, error card), never the "Forwarding to"
     line.  ``notes``: the scene's ``[[...]]`` notes (stopped, error, model
     switch).  ``analysis``: the chunk analysis between message and reply.
+    ``more``: replies of further models to the same message, in order.
+    ``user``: the user's cue as the file names it (None: the app's configured user).
     """
 
     when: datetime | None
@@ -216,6 +250,8 @@ class Turn:
     notes: list[str] = field(default_factory=list)
     harvey: str | None = None
     analysis: ChunkAnalysis | None = None
+    more: list[Answer] = field(default_factory=list)
+    user: str | None = field(default=None, compare=False, repr=False)
     # Where the turn stands in the file: (first scene, last scene), set by ``turns``;
     # ``shared`` when another turn has text in one of those scenes (Harvey's own files).
     scenes: tuple[int, int] | None = field(default=None, compare=False, repr=False)
@@ -225,6 +261,13 @@ class Turn:
 # ------------------------------------------------------------ line escaping
 
 _CR_SYMBOL = "\u240d"  # ␍ SYMBOL FOR CARRIAGE RETURN
+# An empty line inside a text.  Not whitespace to any parser (Python, Go, JavaScript), so every
+# Fountain tool keeps the dialogue going across it, and the terminal Harvey's Fountain library
+# never sees an empty line inside a reply: after one it takes any line without lowercase
+# letters ("```", "| A | B |", "42") for a character cue whose next line replaces the reply.
+BLANK_LINE = "\u200b"  # ZERO WIDTH SPACE
+# Lines the terminal Harvey's Fountain library reads as the end of the script, in any case.
+_GO_END_LINES = frozenset({"THE END", "THE END.", "LA FIN", "LA FIN.", "FADE IN:"})
 _SCENE_START = re.compile(r"(?:int|ext|est|i/e)[\s./]", re.IGNORECASE)
 _SCENE_START_UPPER = re.compile(r"(?:INT|EXT|EST|I/E)[\s./]")
 _SLASH_STAR = re.compile(r"/(\\*)(?=\*)")
@@ -252,7 +295,7 @@ def _structural(line: str, broad: bool) -> bool:
     never structural, which keeps the one-backslash prefix rule unambiguous.
     """
     t = line.strip()
-    if not t:
+    if not t or t == BLANK_LINE:
         return True
     c = t[0]
     if c == "\\":
@@ -260,10 +303,15 @@ def _structural(line: str, broad: bool) -> bool:
     if c in "!@#~=>":
         return True
     if c == ".":
-        return t[1:2] != "."
-    if (c == "(" and t[-1] == ")") or t == "*/" or _SCENE_START_UPPER.match(t):
+        # "..." is text to Fountain; the terminal Harvey takes it for a scene heading,
+        # which costs it the reply when it is the first line.
+        return t[1:2] != "." or broad
+    # "(a) ..." is a parenthetical to the terminal Harvey, whose next line would replace the reply.
+    if (c == "(" and ")" in t) or t == "*/" or _SCENE_START_UPPER.match(t) or t.upper() in _GO_END_LINES:
         return True
-    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
+    # First lines only: the terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case,
+    # "Interesting ...") as a scene heading, where the reply would be lost.
+    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)) or t[:3].upper() in ("INT", "EXT", "I/E"))
 
 
 def _escape_inline(s: str) -> str:
@@ -296,7 +344,7 @@ def _unescape_inline(s: str) -> str:
 def _encode_line(line: str, first: bool) -> str:
     """Write one text line so that it stays text (rules 1 and 2)."""
     if not line and not first:
-        return "  "
+        return BLANK_LINE
     e = _escape_inline(line)
     core = e.lstrip("\\")
     # A line already starting with "\" must keep its backslashes whenever the
@@ -308,7 +356,7 @@ def _encode_line(line: str, first: bool) -> str:
 
 def _decode_line(e: str) -> str:
     """Read one written text line back (context-free, so any position decodes alike)."""
-    if not e.strip():
+    if not e.strip() or e == BLANK_LINE:  # our blank line, or Fountain's two spaces (older files)
         return ""
     if e[0] == "\\" and _structural(e.lstrip("\\"), broad=True):
         e = e[1:]
@@ -386,7 +434,8 @@ def _element_lines(el: Element) -> list[str]:
     if el.kind == "note":
         return ["[[" + _note_text(el.text) + "]]"]
     if el.kind == "dialogue":
-        return [_cue_line(el.character), *_encode_text(el.text)]
+        paren = ["(" + _one_line(el.paren).replace(")", "") + ")"] if el.paren else []
+        return [_cue_line(el.character), *paren, *_encode_text(el.text)]
     if el.kind == "action":
         return _encode_text(el.text)
     raise ValueError(f"unknown element kind {el.kind!r}")
@@ -522,7 +571,11 @@ def _block_elements(block: list[str]) -> list[Element]:
     if joined.startswith("[[") and joined.endswith("]]") and _NOTES_ONLY.fullmatch(joined):
         return [Element("note", _one_line(m[1])) for m in _NOTE.finditer(joined)]
     if _is_dialogue_block(block):
-        return [Element("dialogue", _decode_text(block[1:]), _cue_name(block[0]) or "")]
+        cue, paren, lines = _cue_name(block[0]) or "", "", block[1:]
+        head = lines[0].strip()
+        if len(head) > 2 and head[0] == "(" and head[-1] == ")":  # our writer escapes such a text line
+            paren, lines = _one_line(head[1:-1]), lines[1:]
+        return [Element("dialogue", _decode_text(lines), cue, paren)]
     return [Element("action", _decode_text(block))]
 
 
@@ -538,6 +591,7 @@ _STATS = re.compile(
 _STATS_SHORT = re.compile(r"(?P<models>.+) · \d[\dhmsµun.]*s")
 _ROUTING = re.compile(r"Routing to \S")
 _STATE_ACTION = re.compile(r"Harvey and .+ are in chat mode\..*|Model: .*")
+_DESCRIBED = re.compile(r"Model: (.+?)(?:\.(?:\s|$)|$)")
 
 
 def _timestamp(text: str) -> datetime | None:
@@ -623,8 +677,11 @@ def chat_scene(turn: Turn, user_name: str, workspace: str) -> Scene:
     Model-switch notes go before the user's line, other notes after the reply,
     the stats line last (where Harvey puts it).  "Forwarding to X." is written
     whenever the message went to a model, so a pending turn still names it.
+    Further models' replies follow the first, each after its own "Forwarding
+    to" line (FOUNTAIN_FORMAT.md's multi-model scene).  The user's cue is the
+    turn's own (a turn read from another user's file keeps it).
     """
-    user = _user_cue(user_name)
+    user = _user_cue(turn.user or user_name)
     cue = model_cue(turn.model) if turn.model else None
     when = turn.when.strftime(TS_FORMAT) if turn.when else ""
     mode = f" Model: {cue}." if cue else ""
@@ -638,6 +695,10 @@ def chat_scene(turn: Turn, user_name: str, workspace: str) -> Scene:
         els.append(Element("dialogue", turn.harvey, HARVEY))
     if turn.reply is not None:
         els.append(Element("dialogue", turn.reply, cue or "MODEL"))
+    for answer in turn.more:
+        other = model_cue(answer.model)
+        els.append(Element("dialogue", f"Forwarding to {other}.", HARVEY))
+        els.append(Element("dialogue", answer.text, other))
     els += [Element("note", n) for n in turn.notes if not _is_switch(n)]
     if turn.stats:
         els.append(Element("action", turn.stats))
@@ -650,6 +711,7 @@ def turn_scenes(turn: Turn, user_name: str, workspace: str) -> list[Scene]:
     ``turns(Screenplay(scenes=<these>))`` gives the turn back (model as the
     cue unless stats carry the exact name, model-switch notes first).
     """
+    user_name = turn.user or user_name
     if turn.analysis is None:
         return [chat_scene(turn, user_name, workspace)]
     if turn.reply is None:
@@ -658,7 +720,7 @@ def turn_scenes(turn: Turn, user_name: str, workspace: str) -> list[Scene]:
     switches = [n for n in turn.notes if _is_switch(n)]
     rest = [n for n in turn.notes if not _is_switch(n)]
     ask = Turn(turn.when, turn.user_text, notes=switches, harvey=turn.harvey)
-    answer = Turn(turn.when, None, turn.model, turn.reply, turn.stats, rest)
+    answer = Turn(turn.when, None, turn.model, turn.reply, turn.stats, rest, more=turn.more)
     return [
         chat_scene(ask, user_name, workspace),
         chunk_scene(turn.analysis, user_name),
@@ -671,21 +733,46 @@ def turns(play: Screenplay) -> list[Turn]:
 
     A TALKING scene whose reply comes with no user line answers the turn before
     when that turn has no reply yet (seed 000: the synthesized answer after a
-    chunk analysis).  A chunk analysis scene is attached to the turn before it.
-    A model-switch note written after a reply (where Harvey writes it) belongs
-    to the next turn.
+    chunk analysis).  A chunk analysis scene holding the user's instruction
+    (seed 000, this app) is attached to the turn before it.  One without it is
+    the terminal Harvey's recorder: written while a message's named file was
+    analysed, before that message's TALKING scene, so it goes with the turn
+    right after it when that turn's message names the file; otherwise (its
+    ``/read-chunks``) it is a turn of its own, without a user line, whose reply
+    is the synthesis.  A model-switch note written after a reply (where Harvey
+    writes it) belongs to the next turn.  HARVEY answering a message itself
+    (no "Forwarding to", no model reply, a model named in the scene's state
+    line: FOUNTAIN_FORMAT.md's local model) is that model's reply.
     """
     reader = _TurnReader()
+    pending: tuple[ChunkAnalysis, int] | None = None
     for i, scene in enumerate(play.scenes):
         m = _TALKING.fullmatch(scene.heading)
         reader.index = i
         if m:
+            before = len(reader.out)
             reader.scene(scene, m["user"].strip(), _timestamp(m["rest"]))
-        elif (analysis := read_chunk_scene(scene)) and reader.out:
-            reader.out[-1].analysis = analysis
-            reader.out[-1].scenes = (reader.out[-1].scenes[0], i)
+            if pending:
+                reader.place(*pending, at=before, next_scene=i)
+                pending = None
+        elif read := _read_chunk(scene):
+            analysis, asked = read
+            if pending:
+                reader.place(*pending, at=len(reader.out), next_scene=None)
+                pending = None
+            if not asked:
+                pending = (analysis, i)
+            elif reader.out:
+                reader.out[-1].analysis = analysis
+                reader.out[-1].scenes = (reader.out[-1].scenes[0], i)
+    if pending:
+        reader.place(*pending, at=len(reader.out), next_scene=None)
     if reader.carry and reader.out:
         reader.out[-1].notes += reader.carry
+    for turn in reader.out:
+        local = reader.local.get(id(turn))
+        if local and turn.analysis is None and turn.reply is None and turn.harvey is not None:
+            turn.reply, turn.harvey, turn.model = turn.harvey, None, turn.model or local
     return reader.out
 
 
@@ -698,49 +785,80 @@ class _TurnReader:
         self.cur: Turn | None = None
         self.cue: str | None = None  # the reply's cue
         self.forwarded: str | None = None  # the model named by "Forwarding to X."
-        self.after_reply = False
+        self.any_forward = False  # the current turn went through "Forwarding to"
+        self.target: str | Answer | None = None  # what a cut-off paragraph continues
+        self.described: str | None = None  # the model the scene's state line names
+        self.local: dict[int, str] = {}  # turns HARVEY answered itself -> the scene's model
         self.user = ""
         self.when: datetime | None = None
         self.index = 0               # the scene being read
 
     def scene(self, scene: Scene, user: str, when: datetime | None) -> None:
-        self.user, self.when, self.after_reply = user.upper(), when, False
+        self.user, self.when, self.target, self.described = user.upper(), when, None, None
         for el in scene.elements:
             if el.kind == "dialogue":
                 self.dialogue(el)
             elif el.kind == "note":
                 self.note(el.text)
-            elif self.cur is not None:
-                self.after_reply = _take_action(self.cur, el.text, self.after_reply)
+            else:
+                self.action(el.text)
         self.finish()
 
     def start(self, user_text: str | None) -> None:
         self.finish()
-        self.cur, self.carry = Turn(self.when, user_text, notes=self.carry, scenes=(self.index, self.index)), []
+        self.cur = Turn(self.when, user_text, notes=self.carry, scenes=(self.index, self.index), user=self.user)
+        self.carry, self.any_forward = [], False
         prev = self.out[-1] if self.out else None
         if prev is not None and prev.scenes and prev.scenes[1] == self.index:
             prev.shared = self.cur.shared = True
 
     def dialogue(self, el: Element) -> None:
         speaker = el.character.split("(", 1)[0].strip().upper()
+        text = f"({el.paren})\n{el.text}" if el.paren else el.text
         if speaker == self.user:
-            self.start(el.text)
+            self.start(text)
+            self.target = "user"
         elif speaker == HARVEY:
             if self.cur is None:
                 self.start(None)
-            fw = _FORWARD.fullmatch(el.text)
+            fw = _FORWARD.fullmatch(text)
             if fw:
-                self.forwarded = fw["model"]
+                self.forwarded, self.any_forward, self.target = fw["model"], True, None
             else:
-                self.cur.harvey = _join(self.cur.harvey, el.text)
+                self.cur.harvey, self.target = _join(self.cur.harvey, text), "harvey"
         else:
-            if self.cur is None or self.cur.reply is not None:
+            if self.cur is None:
                 self.start(None)
-            self.cur.reply, self.cue = el.text, el.character
-        self.after_reply = speaker not in (self.user, HARVEY)
+            if self.cur.reply is None:
+                self.cur.reply, self.cue, self.target = text, el.character, "reply"
+            else:  # a further model answers the same message
+                self.target = Answer(el.character, text)
+                self.cur.more.append(self.target)
+
+    def action(self, text: str) -> None:
+        """A stats line, the scene's state line, or a paragraph Harvey's writer cut off at a blank line."""
+        if _STATE_ACTION.fullmatch(text) and (m := _DESCRIBED.search(text)):
+            self.described = m[1].strip()
+        cur, target, self.target = self.cur, self.target, None
+        if cur is None:
+            return
+        if _is_stats(text):
+            cur.stats = text
+            return
+        if target is None or _ROUTING.match(text) or _STATE_ACTION.fullmatch(text):
+            return
+        self.target = target
+        if isinstance(target, Answer):
+            target.text += "\n\n" + text
+        elif target == "reply":
+            cur.reply += "\n\n" + text
+        elif target == "harvey":
+            cur.harvey += "\n\n" + text
+        elif target == "user":
+            cur.user_text += "\n\n" + text
 
     def note(self, text: str) -> None:
-        self.after_reply = False
+        self.target = None
         cur = self.cur
         answered = cur is not None and (cur.reply is not None or cur.harvey is not None)
         if cur is None or (_is_switch(text) and answered):
@@ -757,6 +875,12 @@ class _TurnReader:
         named = cue or forwarded
         exact = _stats_model(cur.stats) if cur.stats else None
         cur.model = exact if exact and (named is None or model_cue(exact) == model_cue(named)) else named
+        for answer in cur.more:  # the stats line may name a further model exactly (its last hop)
+            if exact and cur.model != exact and model_cue(answer.model) == model_cue(exact):
+                answer.model = exact
+        if cur.user_text is not None and cur.reply is None and cur.harvey is not None and not self.any_forward \
+                and self.described:
+            self.local[id(cur)] = self.described
         prev = self.out[-1] if self.out else None
         # A scene with no user line is the reply the turn before was waiting for (seed 000's
         # answer after a chunk analysis). One without a reply (a compact note) is its own turn.
@@ -766,28 +890,26 @@ class _TurnReader:
             prev.model = cur.model or prev.model
             prev.stats = cur.stats or prev.stats
             prev.notes += cur.notes
+            prev.more += cur.more
             if cur.harvey is not None:
                 prev.harvey = _join(prev.harvey, cur.harvey)
         else:
             self.out.append(cur)
 
+    def place(self, analysis: ChunkAnalysis, index: int, at: int, next_scene: int | None) -> None:
+        """Put a chunk analysis in the terminal Harvey's layout with its turn (see ``turns``)."""
+        first = self.out[at] if at < len(self.out) else None
+        if (first is not None and next_scene == index + 1 and first.analysis is None and first.user_text
+                and analysis.file and analysis.file in first.user_text):
+            first.analysis = analysis
+            first.scenes = (index, first.scenes[1])
+            return
+        self.out.insert(at, Turn(analysis.when, None, analysis.model or None, analysis.answer,
+                                 analysis=analysis, scenes=(index, index)))
+
 
 def _join(old: str | None, new: str) -> str:
     return new if old is None else old + "\n\n" + new
-
-
-def _take_action(cur: Turn, text: str, after_reply: bool) -> bool:
-    """Take a stats line, or a reply paragraph Harvey's writer cut off at a blank line.
-
-    Returns whether the next action may still continue the reply.
-    """
-    if _is_stats(text):
-        cur.stats = text
-        return False
-    if after_reply and cur.reply is not None and not _ROUTING.match(text) and not _STATE_ACTION.fullmatch(text):
-        cur.reply += "\n\n" + text
-        return True
-    return False
 
 
 # ----------------------------------------------------------- chunk analysis
@@ -798,20 +920,36 @@ _CHUNK_NOTE = re.compile(
 )
 _RESULT_NOTE = re.compile(r"chunk-result:\s*\d+\s*/\s*\d+\s+(?:—|–|--?)\s+(?P<status>.*)")
 _SYNTHESIS_NOTE = re.compile(r"synthesis:\s*model=(?P<model>.*?)\s+(?:—|–|--?)\s+(?P<status>.*)")
+_CHUNK_PAREN = re.compile(r"chunk\s+(\d+)\s*/\s*\d+")
+_CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type \S+\.")
+SYNTHESIZING = "Synthesizing results."
 
 
 def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
-    """The INT. CHUNK ANALYSIS scene of seed 000 (status only, never chunk content)."""
+    """The INT. CHUNK ANALYSIS scene of seed 000 (status only, never chunk content).
+
+    Replies the analysis holds (read from the terminal Harvey's file) are
+    written the way its recorder writes them: the model's cue with
+    ``(chunk i/N)`` before each result note, HARVEY's "Synthesizing results."
+    and ``(synthesis)`` before the synthesis note.
+    """
     a = analysis
     when = a.when.strftime(TS_FORMAT) if a.when else ""
     user = _user_cue(user_name)
+    cue = model_cue(a.model)
     els = [
         Element("note", f"chunk: file={a.file}, chunks={a.chunks}, model={a.model}, "
                         f"boundary={a.boundary}, chunk-size={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
-    els += [Element("note", f"chunk-result: {i}/{a.chunks} — {s}") for i, s in enumerate(a.results, 1)]
+    for i, status in enumerate(a.results, 1):
+        if i in a.replies:
+            els.append(Element("dialogue", a.replies[i], cue, f"chunk {i}/{a.chunks}"))
+        els.append(Element("note", f"chunk-result: {i}/{a.chunks} — {status}"))
     if a.synthesis is not None:
+        if a.answer is not None:
+            els.append(Element("dialogue", SYNTHESIZING, HARVEY))
+            els.append(Element("dialogue", a.answer, cue, "synthesis"))
         els.append(Element("note", f"synthesis: model={a.model} — {a.synthesis}"))
         els.append(Element("dialogue", _closing_line(a), HARVEY))
     return Scene(f"INT. CHUNK ANALYSIS — {a.file} {when}".rstrip(), els)
@@ -826,7 +964,19 @@ def _closing_line(a: ChunkAnalysis) -> str:
 
 
 def read_chunk_scene(scene: Scene) -> ChunkAnalysis | None:
-    """The analysis a CHUNK ANALYSIS scene records, or None for any other scene."""
+    """The analysis a CHUNK ANALYSIS scene records, or None for any other scene.
+
+    Both layouts: seed 000's (the user's instruction, status notes only) and the
+    terminal Harvey recorder's (no instruction; each chunk's reply under the
+    model's cue with ``(chunk i/N)``, the synthesis with ``(synthesis)``, their
+    paragraphs cut at blank lines, which are joined again).
+    """
+    read = _read_chunk(scene)
+    return read[0] if read else None
+
+
+def _read_chunk(scene: Scene) -> tuple[ChunkAnalysis, bool] | None:
+    """The analysis and whether the scene holds the user's instruction (seed 000's layout)."""
     m = _CHUNK_HEADING.fullmatch(scene.heading)
     if not m:
         return None
@@ -834,12 +984,26 @@ def read_chunk_scene(scene: Scene) -> ChunkAnalysis | None:
     heading_file = _TIMESTAMP.sub("", m["rest"]).strip()
     a = ChunkAnalysis(heading_file, 0, "", "", 0, "", when)
     asked = False
+    last: int | str | None = None  # the reply a cut-off paragraph continues
     for el in scene.elements:
         if el.kind == "note":
             _read_chunk_note(a, " ".join(el.text.split()))
-        elif el.kind == "dialogue" and el.character.upper() != HARVEY and not asked:
-            a.instruction, asked = el.text, True
-    return a
+            last = None
+        elif el.kind == "dialogue":
+            paren, last = " ".join(el.paren.split()).lower(), None
+            if chunk := _CHUNK_PAREN.fullmatch(paren):
+                last = int(chunk[1])
+                a.replies[last] = el.text
+            elif paren == "synthesis":
+                a.answer, last = el.text, "answer"
+            elif el.character.upper() != HARVEY and not asked:
+                a.instruction, asked = el.text, True
+        elif last is not None and not _CHUNK_ACTION.fullmatch(el.text):
+            if last == "answer":
+                a.answer += "\n\n" + el.text
+            else:
+                a.replies[last] += "\n\n" + el.text
+    return a, asked
 
 
 def _read_chunk_note(a: ChunkAnalysis, note: str) -> None:

@@ -306,7 +306,8 @@ def _turns_with_last(old: Session, index: int, start: int, new: list[fountain.Sc
 
     None (parse the whole file when asked) whenever reading the new scenes on their own
     could differ from reading the file: they do not make exactly one turn with a user
-    line, or the turn before carries notes that the reader would hand to the next turn.
+    line, the turn before carries notes that the reader would hand to the next turn, or
+    scenes that belong to no turn stand between them.
     """
     if old._turns is None:
         return None
@@ -316,6 +317,8 @@ def _turns_with_last(old: Session, index: int, start: int, new: list[fountain.Sc
         return None
     if before and any(n.startswith("model switch:") for n in before[-1].notes):
         return None
+    if before and (before[-1].scenes is None or before[-1].scenes[1] != start - 1):
+        return None                    # scenes between the turns (a foreign scene) may belong to the new one
     turn = part[0]
     turn.scenes = (turn.scenes[0] + start, turn.scenes[1] + start)
     return [*before, turn]
