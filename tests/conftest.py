@@ -142,6 +142,16 @@ def make_live(tmp_path):
         app.close()
 
 
+def send_and_finish(live, name, message, **form):
+    """Send a chat message and read its reply stream to the end."""
+    response = live.post(f"/s/{name}/messages", data={"message": message, **form})
+    assert response.status_code == 200, response.text
+    turn = len(live.services.store.load(name).turns) - 1
+    events = list(live.sse(f"/s/{name}/turns/{turn}/stream"))
+    assert events[-1][0] == "close"
+    return response
+
+
 def require(available: bool, why: str):
     """Skip when a real part is missing, except in CI, where a missing part is a failure."""
     if available:

@@ -28,7 +28,7 @@ from jouvence.parser import JouvenceParser
 
 from app.chat import prepare
 from app.sessions import fountain as spmd
-from conftest import make_config
+from conftest import make_config, send_and_finish
 from scripted_ollama import Reply, ScriptedOllama
 
 DATA = Path(__file__).parent / "data" / "spmd"
@@ -343,15 +343,6 @@ def scripted_replies(texts):
     def script(body):
         return Reply(text=queue.pop(0) if queue else "extra")
     return script
-
-
-def send_and_finish(live, name, message, **form):
-    response = live.post(f"/s/{name}/messages", data={"message": message, **form})
-    assert response.status_code == 200, response.text
-    turn = len(live.services.store.load(name).turns) - 1
-    events = list(live.sse(f"/s/{name}/turns/{turn}/stream"))
-    assert events[-1][0] == "close"
-    return response
 
 
 def upload(live, content: bytes, filename="session.spmd"):

@@ -14,7 +14,7 @@ from bs4 import BeautifulSoup
 
 from app.sessions import fountain, index as sessions
 from app.sessions.names import valid_name
-from conftest import make_config
+from conftest import make_config, send_and_finish
 from scripted_ollama import ScriptedOllama
 
 T0 = datetime(2026, 3, 1, 9, 0, 0)
@@ -146,15 +146,6 @@ def upload(live, content, filename="session.spmd"):
     if not live.token:
         live.get("/sessions/")          # the token, without the chat page creating a session
     return live.post("/sessions/import", files={"file": (filename, content, "application/octet-stream")})
-
-
-def send_and_finish(live, name, message, **form):
-    """Send a chat message and read its reply stream to the end."""
-    response = live.post(f"/s/{name}/messages", data={"message": message, **form})
-    assert response.status_code == 200, response.text
-    turn = len(live.services.store.load(name).turns) - 1
-    events = list(live.sse(f"/s/{name}/turns/{turn}/stream"))
-    assert events[-1][0] == "close"
 
 
 def raw_status(live, method, path, body=b"", headers=None):
