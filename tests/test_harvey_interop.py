@@ -410,10 +410,10 @@ def test_fountain_tools_still_read_every_reply_line_of_our_file(harvey_app):
 
 
 def test_screenplain_reads_every_reply_line_of_our_file(harvey_app):
-    """screenplain is not a test dependency: checked where it is installed."""
+    """screenplain, a third Fountain reader, keeps every line of every reply."""
     import io
 
-    parsers = pytest.importorskip("screenplain.parsers.fountain")
+    from screenplain.parsers import fountain as parsers
     text = written_by_the_app(harvey_app)
     dialogs = [p for p in parsers.parse(io.StringIO(text)) if type(p).__name__ == "Dialog"]
     replies = [p for p in dialogs if str(p.character) == "LLAMA3.1"]
