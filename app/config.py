@@ -70,6 +70,17 @@ class ServerConfig:
     connection_limit: int = 50
     max_upload_mb: int = 20
     max_message_kb: int = 256
+    # Open event streams at once (None: threads - 2), so that two threads are always
+    # left for pages, Stop and /healthz; a stream over the cap is told to retry later.
+    max_streams: int | None = None
+    # An event stream ends itself after this and the browser reconnects at once
+    # (Last-Event-ID replay), so a dead phone's socket holds a thread no longer.
+    stream_lifetime_s: float = 60.0
+
+    @property
+    def stream_limit(self) -> int:
+        """How many event streams may be open at once."""
+        return self.max_streams if self.max_streams is not None else max(1, self.threads - 2)
 
 
 @dataclass(frozen=True)
@@ -221,6 +232,11 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("port", "a port number 0-65535", obj.port)
         if obj.threads < 2:
             raise bad("threads", "at least 2 (one SSE stream holds a thread)", obj.threads)
+        if obj.max_streams is not None and not 1 <= obj.max_streams <= obj.threads - 1:
+            raise bad("max_streams", f"a whole number from 1 to threads - 1 = {obj.threads - 1} "
+                      "(each open stream holds a thread; pages need one too)", obj.max_streams)
+        if obj.stream_lifetime_s <= 0:
+            raise bad("stream_lifetime_s", "a positive number of seconds", obj.stream_lifetime_s)
     elif isinstance(obj, Config):
         if obj.auth not in ("auto", "password", "none"):
             raise bad("auth", "one of auto, password, none", obj.auth)

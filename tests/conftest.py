@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_ollama import ScriptedOllama  # noqa: E402
+from waiting import wait_for_exit, wait_until  # noqa: E402,F401 (the shared deadline-bounded waits)
 
 from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
 
@@ -111,6 +112,11 @@ class LiveApp:
             return
         self.closing = True
         self.http.close()
+        from app.events import gate_for
+
+        gate_for(self.services).close_all()     # open event streams end now and free their threads
+        for gen in list(self.services.replies._by_session.values()):
+            gen.stop()
         self.services.jobs.shutdown()
         from waitress.channel import HTTPChannel
 

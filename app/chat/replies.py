@@ -8,6 +8,7 @@ the Ollama stream (Ollama has no stop endpoint) and keeps what arrived.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ from ..events import EventLog
 from ..ollama import ChatFinal, ChatStream, OllamaError
 
 log = logging.getLogger(__name__)
+_keys = itertools.count(1)
 
 
 @dataclass
@@ -33,6 +35,9 @@ class Generation:
     error: OllamaError | None = None
     final: ChatFinal | None = None
     started: float = field(default_factory=time.monotonic)
+    # Unique in this process: event ids are "<key>-<n>", so a Last-Event-ID from
+    # another generation (another reply, a restarted server) is never taken for ours.
+    key: str = field(default_factory=lambda: f"g{next(_keys)}")
     _stream: ChatStream | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
 
