@@ -4,6 +4,11 @@ The request that sends a message starts a ``Generation`` and returns at once; th
 page then follows the generation's event log over SSE. A second tab or a reload
 follows the same generation instead of sending the message again. Stop closes
 the Ollama stream (Ollama has no stop endpoint) and keeps what arrived.
+
+At shutdown (``Replies.shutdown``) every reply in flight is stopped and recorded
+with what arrived and an "interrupted" note. A finished generation stays in the
+registry for ``grace`` seconds after its log is closed (a stream that reconnects
+then still gets the replay), then goes: the page reads the session file.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import itertools
 import logging
 import threading
 import time
+from datetime import datetime
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -31,15 +37,20 @@ class Generation:
     model: str
     events: EventLog = field(default_factory=EventLog)
     pieces: list[str] = field(default_factory=list)
-    status: str = "starting"          # starting | running | done | stopped | error
+    status: str = "starting"          # starting | running | done | stopped | interrupted | error
     error: OllamaError | None = None
     final: ChatFinal | None = None
     started: float = field(default_factory=time.monotonic)
     # Unique in this process: event ids are "<key>-<n>", so a Last-Event-ID from
     # another generation (another reply, a restarted server) is never taken for ours.
     key: str = field(default_factory=lambda: f"g{next(_keys)}")
+    interrupted: str = ""             # why the server cut the reply off (shutdown), "" otherwise
     _stream: ChatStream | None = None
+    _on_finish: Callable[["Generation"], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _recorded: threading.Event = field(default_factory=threading.Event)
+    _finishing: bool = False
+    _finish_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def text(self) -> str:
@@ -47,7 +58,7 @@ class Generation:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("done", "stopped", "error")
+        return self.status in ("done", "stopped", "interrupted", "error")
 
     def stop(self) -> None:
         """Ask for the reply to end now; safe from any thread."""
@@ -56,13 +67,26 @@ class Generation:
         if stream is not None:
             stream.cancel()
 
+    def interrupt(self, reason: str) -> None:
+        """Stop because the server is going away: recorded with an "interrupted" note."""
+        self.interrupted = reason
+        self.stop()
+
+    def wait_recorded(self, timeout: float | None = None) -> bool:
+        """Wait until ``on_finish`` has run and the event log is closed."""
+        return self._recorded.wait(timeout)
+
 
 class Replies:
     """The registry of generations, one at most per session at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 30.0) -> None:
         self._by_session: dict[str, Generation] = {}
         self._lock = threading.Lock()
+        self.grace = grace
+        self._closing = ""
+        # Turns recorded before this moment with no reply and no note never finished (a crash).
+        self.started_at = datetime.now().replace(microsecond=0)
 
     def current(self, session: str) -> Generation | None:
         with self._lock:
@@ -71,6 +95,10 @@ class Replies:
     def running(self, session: str) -> Generation | None:
         gen = self.current(session)
         return gen if gen and not gen.finished else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._by_session)
 
     def start(self, session: str, turn: int, model: str, open_stream: Callable[[], ChatStream],
               on_piece: Callable[[Generation, str], None],
@@ -82,12 +110,18 @@ class Replies:
             if existing and not existing.finished:
                 return existing
             self._by_session[session] = gen
-        thread = threading.Thread(target=self._run, args=(gen, open_stream, on_piece, on_finish),
+            closing = self._closing
+        gen._on_finish = on_finish
+        if closing:                       # the server is stopping: record it as interrupted, ask nothing
+            gen.interrupted = closing
+            self._finish(gen, forced=True)
+            return gen
+        thread = threading.Thread(target=self._run, args=(gen, open_stream, on_piece),
                                   name=f"reply-{session}", daemon=True)
         thread.start()
         return gen
 
-    def _run(self, gen: Generation, open_stream, on_piece, on_finish) -> None:
+    def _run(self, gen: Generation, open_stream, on_piece) -> None:
         """Read the stream to the end, then hand the result to ``on_finish``."""
         try:
             gen._stream = open_stream()
@@ -98,15 +132,63 @@ class Replies:
                 gen.pieces.append(piece)
                 on_piece(gen, piece)
             gen.final = gen._stream.final
-            gen.status = "stopped" if gen._stream.cancelled else "done"
+            gen.status = ("interrupted" if gen.interrupted else
+                          "stopped" if gen._stream.cancelled else "done")
         except OllamaError as exc:
-            gen.error, gen.status = exc, "error"
-            log.warning("reply for %s failed: %s", gen.session, exc)
+            if gen.interrupted:
+                gen.status = "interrupted"
+            else:
+                gen.error, gen.status = exc, "error"
+                log.warning("reply for %s failed: %s", gen.session, exc)
         except Exception as exc:  # never leave a page waiting forever
             gen.error, gen.status = OllamaError(f"Unexpected failure: {exc}"), "error"
             log.exception("reply for %s crashed", gen.session)
         finally:
-            try:
-                on_finish(gen)
-            finally:
-                gen.events.close()
+            self._finish(gen)
+
+    def _finish(self, gen: Generation, forced: bool = False) -> None:
+        """Record the reply once (``forced``: at shutdown, by whoever gets here first)."""
+        with gen._finish_lock:
+            if gen._finishing:
+                return
+            gen._finishing = True
+            if forced:
+                gen.status = "interrupted"
+        try:
+            gen._on_finish(gen)
+        except Exception:
+            log.exception("recording the reply for %s failed", gen.session)
+        finally:
+            gen.events.close()
+            gen._recorded.set()
+            self._release_later(gen)
+
+    def _release_later(self, gen: Generation) -> None:
+        """Forget a finished generation after the grace (the session file has it)."""
+        timer = threading.Timer(self.grace, self._release, args=(gen,))
+        timer.daemon = True
+        timer.start()
+
+    def _release(self, gen: Generation) -> None:
+        with self._lock:
+            if self._by_session.get(gen.session) is gen:
+                del self._by_session[gen.session]
+
+    def shutdown(self, reason: str, timeout: float) -> list[Generation]:
+        """Stop every reply in flight and record each with what arrived and an "interrupted" note.
+
+        Waits at most ``timeout`` seconds; a reply still not recorded then (Ollama
+        never answered the request) is recorded from here. Replies started after
+        this are recorded as interrupted at once.
+        """
+        with self._lock:
+            self._closing = reason
+            gens = [g for g in self._by_session.values() if not g.finished]
+        for gen in gens:
+            gen.interrupt(reason)
+        deadline = time.monotonic() + timeout
+        for gen in gens:
+            if not gen.wait_recorded(max(0.0, deadline - time.monotonic())):
+                log.warning("reply for %s did not end in time; recording what arrived", gen.session)
+                self._finish(gen, forced=True)
+        return gens

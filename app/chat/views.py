@@ -49,6 +49,7 @@ class TurnView:
     alert: object = None
     analysis: object = None
     offers: list[str] = field(default_factory=list)
+    interrupted: str = ""       # why the reply was cut off (shutdown or crash): show what was saved + Re-send
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
@@ -63,7 +64,26 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
     if read.error:
         view.error = prepare.error_view(*read.error)
         view.partial_kept = bool(turn.reply)
+    view.interrupted = read.interrupted or (_NEVER_FINISHED if _never_finished(turn, read) else "")
     return view
+
+
+_NEVER_FINISHED = "the server stopped before the reply was finished"
+
+
+def _never_finished(turn: fountain.Turn, read: notes.Read) -> bool:
+    """A message recorded before this server started, with no reply and no note: a crash cut it off.
+
+    (A turn recorded since then with no reply yet is still being prepared or answered.)
+    """
+    if not turn.user_text or turn.reply is not None or turn.harvey or turn.analysis is not None:
+        return False
+    if read.error or read.stopped or read.declined or read.compacted is not None or turn.when is None:
+        return False
+    try:
+        return turn.when < services().replies.started_at
+    except (TypeError, RuntimeError):      # an aware timestamp from an import; no app context
+        return False
 
 
 def _views(session: Session, default_model: str) -> list[TurnView]:
@@ -265,7 +285,10 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
         gen.events.append("piece", str(escape(piece)))
 
     def on_finish(gen):
-        done_notes = prepare.reply_notes(gen.status, gen.error)
+        if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
+            done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
+        else:
+            done_notes = prepare.reply_notes(gen.status, gen.error)
         if gen.final is not None:
             warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final)
             if warning:
