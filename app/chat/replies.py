@@ -159,6 +159,7 @@ class Replies:
         except Exception:
             log.exception("recording the reply for %s failed", gen.session)
         finally:
+            gen.pieces = [gen.text]           # recorded: one string, not one object per token
             gen.events.close()
             gen._recorded.set()
             self._release_later(gen)
