@@ -135,6 +135,7 @@ class StreamGate:
         self.limit = max(1, int(limit))
         self.lifetime = float(lifetime)
         self.stopping = threading.Event()
+        self.refused = 0                  # streams told to come back later (for logs and tests)
         self._open = 0
         self._lock = threading.Lock()
         self._logs: "weakref.WeakSet[EventLog]" = weakref.WeakSet()
@@ -148,6 +149,7 @@ class StreamGate:
         """A slot for one stream, or None when all are taken (or the server is stopping)."""
         with self._lock:
             if self._open >= self.limit or self.stopping.is_set():
+                self.refused += 1
                 return None
             self._open += 1
         return Slot(self, time.monotonic() + self.lifetime)
