@@ -7,8 +7,8 @@ the Ollama stream (Ollama has no stop endpoint) and keeps what arrived.
 
 At shutdown (``Replies.shutdown``) every reply in flight is stopped and recorded
 with what arrived and an "interrupted" note. A finished generation stays in the
-registry for ``grace`` seconds after its log is closed (a stream that reconnects
-then still gets the replay), then goes: the page reads the session file.
+registry for ``grace`` seconds after its log is closed, then goes (at the next
+look-up): the page and a late stream read the session file.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class Generation:
     # another generation (another reply, a restarted server) is never taken for ours.
     key: str = field(default_factory=lambda: f"g{next(_keys)}")
     interrupted: str = ""             # why the server cut the reply off (shutdown), "" otherwise
+    recorded_at: float | None = None  # monotonic time on_finish was done and the log closed
     _stream: ChatStream | None = None
     _on_finish: Callable[["Generation"], None] | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -90,6 +91,7 @@ class Replies:
 
     def current(self, session: str) -> Generation | None:
         with self._lock:
+            self._prune()
             return self._by_session.get(session)
 
     def running(self, session: str) -> Generation | None:
@@ -98,7 +100,20 @@ class Replies:
 
     def __len__(self) -> int:
         with self._lock:
+            self._prune()
             return len(self._by_session)
+
+    def _prune(self) -> None:
+        """Forget the generations recorded more than ``grace`` ago (the session file has them).
+
+        Done on every look-up (under the lock) rather than by a timer: a thread per
+        finished reply, waiting out the grace, cost more memory than the replies.
+        """
+        now = time.monotonic()
+        gone = [name for name, gen in self._by_session.items()
+                if gen.recorded_at is not None and now - gen.recorded_at >= self.grace]
+        for name in gone:
+            del self._by_session[name]
 
     def start(self, session: str, turn: int, model: str, open_stream: Callable[[], ChatStream],
               on_piece: Callable[[Generation, str], None],
@@ -106,6 +121,7 @@ class Replies:
         """Start generating in a thread; ``on_finish`` records the result."""
         gen = Generation(session, turn, model)
         with self._lock:
+            self._prune()
             existing = self._by_session.get(session)
             if existing and not existing.finished:
                 return existing
@@ -161,19 +177,8 @@ class Replies:
         finally:
             gen.pieces = [gen.text]           # recorded: one string, not one object per token
             gen.events.close()
+            gen.recorded_at = time.monotonic()
             gen._recorded.set()
-            self._release_later(gen)
-
-    def _release_later(self, gen: Generation) -> None:
-        """Forget a finished generation after the grace (the session file has it)."""
-        timer = threading.Timer(self.grace, self._release, args=(gen,))
-        timer.daemon = True
-        timer.start()
-
-    def _release(self, gen: Generation) -> None:
-        with self._lock:
-            if self._by_session.get(gen.session) is gen:
-                del self._by_session[gen.session]
 
     def shutdown(self, reason: str, timeout: float) -> list[Generation]:
         """Stop every reply in flight and record each with what arrived and an "interrupted" note.
