@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
 import socket
 import threading
 import time
@@ -271,3 +273,39 @@ def test_the_reply_goes_on_with_nobody_watching(live, scripted):
     send(live, name, "nobody looks")
     wait_until(lambda: live.services.store.load(name).turns[0].reply, 15, "the reply recorded with no stream open")
     assert live.services.store.load(name).turns[0].reply == "unwatched " * 20
+
+
+# -- the analysis progress stream ------------------------------------------------------------
+
+def test_the_analysis_stream_ends_itself_and_the_replay_misses_no_partial(tmp_path, scripted, make_live):
+    from test_analysis import big_file_config, slow_maps, start_job
+
+    scripted.script = slow_maps(0.03)
+    config = big_file_config(tmp_path, scripted)
+    live = make_live(dataclasses.replace(config, server=dataclasses.replace(config.server, stream_lifetime_s=0.5)))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    connections = follow_like_a_browser(live.http, f"/s/{name}/analysis/{job.id}/events", max_connections=200)
+    assert len(connections) >= 3, "the progress stream ended itself and was reconnected"
+    partials = [data for conn in connections for n, data, _ in conn.events if n == "partial"]
+    assert job.state == "done"
+    assert len(partials) == job.total, "every chunk's partial answer arrived exactly once"
+    numbers = [int(re.search(r"Chunk (\d+)/", p).group(1)) for p in partials]
+    assert numbers == sorted(set(numbers)) == list(range(1, job.total + 1))
+    progress_ids = [int(e) for conn in connections for n, _, e in conn.events if n in ("progress", "partial")]
+    assert progress_ids == sorted(set(progress_ids)), "no event replayed twice"
+    assert connections[-1].names[-2:] == ["state", "close"]
+
+
+def test_an_analysis_stream_with_an_id_from_before_a_restart_gets_the_card(tmp_path, scripted, make_live):
+    from test_analysis import big_file_config, slow_maps, start_job
+
+    scripted.script = slow_maps(0.03)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    try:
+        conn = read_stream(live.http, f"/s/{name}/analysis/{job.id}/events", last_event_id="100000", timeout=10)
+        assert conn.names == ["state", "close"] and "Chunk analysis of big.md" in html.unescape(conn.events[0][1])
+    finally:
+        live.post(f"/s/{name}/analysis/{job.id}/cancel")
