@@ -263,7 +263,8 @@ def main() -> None:
         return
     document, _ = fit_to_chunks(synthetic_markdown, 20, "markdown", 10, 60)   # exactly 20 chunks
     print(header("Memory of harvey serve (item 4)",
-                 f"python bench/bench_memory.py --runs {args.runs}" + (" --imports" if args.imports else "")))
+                 f"python bench/bench_memory.py --runs {args.runs} --turns {args.turns}"
+                 + (" --imports" if args.imports else "")))
     results = [one_run(document) for _ in range(args.runs)]
     mb = lambda key: f"{median([r[key] for r in results]) / 1024:.1f} MB"  # noqa: E731
     spread = lambda key: (f"{min(r[key] for r in results) / 1024:.1f}–"  # noqa: E731

@@ -68,9 +68,11 @@ def write_config(folder: Path, ollama_url: str, model: str = "tiny:1b"):
 def stop(proc):
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(10)
+        proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait(10)
+        raise AssertionError("harvey serve did not stop within 20 s of SIGINT") from None
 
 
 def test_broken_config_stops_start_up_with_one_message(tmp_path):
