@@ -170,6 +170,7 @@ def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(t
     took = time.monotonic() - t0
     assert status == 0, serve.output()
     assert took < stop_timeout_s()                      # well inside systemd's stop timeout (a loose bound)
+    print(f"{signal.Signals(signum).name} mid-reply: exited 0 after {took * 1000:.0f} ms")
 
     seen = "".join(follower.pieces)
     turn = session_turns(tmp_path, name)[0]
