@@ -309,3 +309,25 @@ def test_an_analysis_stream_with_an_id_from_before_a_restart_gets_the_card(tmp_p
         assert conn.names == ["state", "close"] and "Chunk analysis of big.md" in html.unescape(conn.events[0][1])
     finally:
         live.post(f"/s/{name}/analysis/{job.id}/cancel")
+
+
+# -- the settings ------------------------------------------------------------------------------
+
+def test_stream_settings_are_typed_and_checked(tmp_path):
+    import pytest
+
+    from app.config import ConfigError, load_config
+
+    path = tmp_path / "harvey.yaml"
+    path.write_text("server:\n  threads: 8\n")
+    assert load_config(path, env={}).server.stream_limit == 6          # default: threads - 2
+    path.write_text("server:\n  threads: 4\n  max_streams: 3\n  stream_lifetime_s: 30\n")
+    server = load_config(path, env={}).server
+    assert server.stream_limit == 3 and server.stream_lifetime_s == 30.0
+    for text, words in [("server:\n  threads: 4\n  max_streams: 4\n", "threads - 1 = 3"),
+                        ("server:\n  max_streams: 0\n", "max_streams"),
+                        ("server:\n  max_streams: many\n", "expected a whole number"),
+                        ("server:\n  stream_lifetime_s: 0\n", "positive number of seconds")]:
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            load_config(path, env={})
