@@ -250,3 +250,18 @@ def test_sigterm_mid_analysis_leaves_it_resumable(tmp_path, scripted, serves):
     assert "was interrupted" in page and "Resume from chunk" in page
     again.proc.send_signal(signal.SIGTERM)
     assert wait_for_exit(again.proc, stop_timeout_s(), "harvey serve to exit") == 0
+
+
+def test_sigterm_while_ollama_has_not_answered_yet_still_records_and_exits_in_time(tmp_path, scripted, serves):
+    scripted.script = Reply(text="never sent", fault="hang")          # Ollama accepts, then says nothing
+    serve = serves(scripted.url)
+    name = serve.open_session()
+    assert serve.post(f"/s/{name}/messages", data={"message": "hello?"}).status_code == 200
+    wait_until(lambda: scripted.chats(), 10, "the request to reach the model")
+    t0 = time.monotonic()
+    serve.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(serve.proc, stop_timeout_s(), "harvey serve to exit") == 0, serve.output()
+    print(f"SIGTERM with the model silent: exited 0 after {(time.monotonic() - t0) * 1000:.0f} ms")
+    turn = session_turns(tmp_path, name)[0]
+    assert turn.user_text == "hello?" and turn.reply is None
+    assert notes.read(turn.notes).interrupted.startswith("the server was stopped"), turn.notes

@@ -192,6 +192,11 @@ class Replies:
             gens = [g for g in self._by_session.values() if not g.finished]
         for gen in gens:
             gen.interrupt(reason)
+        for gen in gens:
+            if gen.status == "starting":
+                # Still waiting for Ollama to answer the request: nothing has arrived, and once it
+                # answers the thread sees the stop before reading a piece. Record it now.
+                self._finish(gen, forced=True)
         deadline = time.monotonic() + timeout
         for gen in gens:
             if not gen.wait_recorded(max(0.0, deadline - time.monotonic())):
