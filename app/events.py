@@ -4,6 +4,20 @@ A reply being generated and a chunked analysis both produce events in a
 background thread. Each page that shows them opens an SSE stream that first
 replays what it missed (from ``Last-Event-ID``) and then waits on a condition
 variable for more: no polling, and a phone that slept catches up on reconnect.
+
+Streams are bounded (``StreamGate``): at most ``server.max_streams`` open at once,
+below waitress's thread pool, and each ends itself after ``server.stream_lifetime_s``.
+What the vendored htmx-ext-sse 2.2.4 and the browser do with each ending:
+
+- a stream that just ends (lifetime up): EventSource itself reconnects after the
+  last ``retry:`` (``RECONNECT_MS``) and sends ``Last-Event-ID``; the extension
+  only sees an "error" with readyState CONNECTING and does nothing (static/harvey.js
+  keeps it from logging that as an error);
+- a ``close`` event (named in ``sse-close``): the extension closes the EventSource;
+- a 204, a 503 or any non-200 answer: EventSource gives up (CLOSED) and the
+  extension opens a new one after a back-off (0.5 s doubling to 64 s) that has
+  forgotten Last-Event-ID. That is why a stream over the cap gets a 200 with an
+  empty stream and a longer ``retry:`` instead (``StreamGate.busy_body``).
 """
 
 from __future__ import annotations
