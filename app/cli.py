@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 from .config import Config, ConfigError, load_config
@@ -73,14 +75,90 @@ def cmd_serve(config: Config, args) -> int:
     log.info("Sessions in %s; workspace %s; Ollama at %s, model %s", config.sessions_path,
              config.workspace_path, config.ollama.url, config.ollama.model)
     try:
-        server.run()
-    except KeyboardInterrupt:
-        pass
+        return serve_until_signalled(server, app.extensions["harvey"])
     finally:
-        server.close()
         if demo:
             demo.stop()
-    return 0
+
+
+# systemd gives `harvey serve` TimeoutStopSec=20 s (deploy/harvey.service) after SIGTERM before it
+# kills it; the steps below add up to at most REPLIES + FLUSH + THREADS = 14 s, normally well under 1 s.
+SHUTDOWN_REPLIES_S = 8.0     # for the replies in flight to be stopped and recorded
+SHUTDOWN_FLUSH_S = 3.0       # for waitress to send what the last responses wrote
+SHUTDOWN_THREADS_S = 3.0     # for waitress's worker threads to finish their tasks
+INTERRUPTED_BY = {signal.SIGTERM: "the server was stopped", signal.SIGINT: "the server was stopped (Ctrl-C)"}
+
+
+def serve_until_signalled(server, svc) -> int:
+    """Run waitress's loop until SIGTERM or SIGINT, then shut down gracefully; 0 when it did.
+
+    On the first signal: stop accepting connections; stop every reply in flight and
+    record it with what arrived and an "interrupted" note (the page offers Re-send);
+    end the open event streams; stop the analysis request in flight (the job stays
+    "running" on disk, so the next start offers Resume); let waitress send what is
+    still buffered; exit. A second signal exits at once (exit status 1).
+    """
+    import threading
+
+    from waitress import wasyncore
+    from waitress.channel import HTTPChannel
+
+    from .events import gate_for
+
+    stopping, settled = threading.Event(), threading.Event()
+    adj = server.adj
+
+    def graceful(reason: str) -> None:
+        server.pull_trigger()                  # wake the loop: it closes the listening socket
+        try:
+            cut = svc.replies.shutdown(reason, timeout=SHUTDOWN_REPLIES_S)
+            if cut:
+                log.info("recorded %d reply(s) in flight as interrupted", len(cut))
+            gate_for(svc).close_all()
+            if svc.jobs:
+                svc.jobs.shutdown()
+        except Exception:
+            log.exception("graceful shutdown failed part-way")
+        finally:
+            settled.set()
+            server.pull_trigger()              # wake the loop below
+
+    def on_signal(signum, frame):
+        if stopping.is_set():
+            raise KeyboardInterrupt            # a second signal: no more waiting
+        stopping.set()
+        log.info("%s: stopping (no new connections; recording the replies in flight)",
+                 signal.Signals(signum).name)
+        server.accepting = False               # accept nothing more (the loop closes the socket)
+        threading.Thread(target=graceful, args=(INTERRUPTED_BY.get(signum, "the server was stopped"),),
+                         name="shutdown", daemon=True).start()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    status = 0
+    try:
+        listening = True
+        while not settled.is_set():
+            wasyncore.loop(timeout=adj.asyncore_loop_timeout, map=server._map, use_poll=adj.asyncore_use_poll,
+                           count=1)
+            if listening and stopping.is_set():    # between polls: no select() holds the socket now
+                listening = False
+                server.del_channel()
+                server.socket.close()
+        deadline = time.monotonic() + SHUTDOWN_FLUSH_S
+        while time.monotonic() < deadline and any(
+                isinstance(ch, HTTPChannel) and (ch.total_outbufs_len or ch.requests)
+                for ch in list(server._map.values())):
+            wasyncore.loop(timeout=0.05, map=server._map, use_poll=adj.asyncore_use_poll, count=1)
+    except KeyboardInterrupt:
+        log.warning("stopping at once")
+        status = 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.task_dispatcher.shutdown(cancel_pending=True, timeout=SHUTDOWN_THREADS_S)
+        wasyncore.close_all(server._map)
+    log.info("stopped")
+    return status
 
 
 def make_server(app, server_cfg):

@@ -74,6 +74,17 @@ class ServerConfig:
     # The address of the reverse proxy in front of Harvey (e.g. 127.0.0.1 for Caddy or nginx on
     # the Pi): its X-Forwarded-For/-Host/-Proto are believed, and the password is asked.
     trusted_proxy: str | None = None
+    # Open event streams at once (None: threads - 2), so that two threads are always
+    # left for pages, Stop and /healthz; a stream over the cap is told to retry later.
+    max_streams: int | None = None
+    # An event stream ends itself after this and the browser reconnects at once
+    # (Last-Event-ID replay), so a dead phone's socket holds a thread no longer.
+    stream_lifetime_s: float = 60.0
+
+    @property
+    def stream_limit(self) -> int:
+        """How many event streams may be open at once."""
+        return self.max_streams if self.max_streams is not None else max(1, self.threads - 2)
 
 
 @dataclass(frozen=True)
@@ -232,6 +243,11 @@ def _check(obj, source: str, prefix: str) -> None:
                 raise bad("trusted_proxy", "the IP address the proxy connects from (one address, "
                                            "e.g. 127.0.0.1; not a name, a range or '*')",
                           obj.trusted_proxy) from None
+        if obj.max_streams is not None and not 1 <= obj.max_streams <= obj.threads - 1:
+            raise bad("max_streams", f"a whole number from 1 to threads - 1 = {obj.threads - 1} "
+                      "(each open stream holds a thread; pages need one too)", obj.max_streams)
+        if obj.stream_lifetime_s <= 0:
+            raise bad("stream_lifetime_s", "a positive number of seconds", obj.stream_lifetime_s)
     elif isinstance(obj, Config):
         if obj.auth not in ("auto", "password", "none"):
             raise bad("auth", "one of auto, password, none", obj.auth)

@@ -4,15 +4,38 @@ A reply being generated and a chunked analysis both produce events in a
 background thread. Each page that shows them opens an SSE stream that first
 replays what it missed (from ``Last-Event-ID``) and then waits on a condition
 variable for more: no polling, and a phone that slept catches up on reconnect.
+
+Streams are bounded (``StreamGate``): at most ``server.max_streams`` open at once,
+below waitress's thread pool, and each ends itself after ``server.stream_lifetime_s``.
+What the vendored htmx-ext-sse 2.2.4 and the browser do with each ending:
+
+- a stream that just ends (lifetime up): EventSource itself reconnects after the
+  last ``retry:`` (``RECONNECT_MS``) and sends ``Last-Event-ID``; the extension
+  only sees an "error" with readyState CONNECTING and does nothing (static/harvey.js
+  keeps it from logging that as an error);
+- a ``close`` event (named in ``sse-close``): the extension closes the EventSource;
+- a 204, a 503 or any non-200 answer: EventSource gives up (CLOSED) and the
+  extension opens a new one after a back-off (0.5 s doubling to 64 s) that has
+  forgotten Last-Event-ID. That is why a stream over the cap gets a 200 with an
+  empty stream and a longer ``retry:`` instead (``StreamGate.busy_body``).
 """
 
 from __future__ import annotations
 
+import random
 import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
 KEEPALIVE_S = 15.0
+# After a stream ends itself (its lifetime is up) the browser reconnects this soon,
+# sending Last-Event-ID: the replay makes the gap invisible.
+RECONNECT_MS = 500
+# A stream refused because every slot is taken is told to come back after this
+# (randomised so that refused tabs do not all come back at once).
+BUSY_RETRY_MS = (2000, 5000)
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,11 @@ class EventLog:
             self._closed = True
             self._cond.notify_all()
 
+    def wake(self) -> None:
+        """Wake every follower (it re-checks its deadline and its stop flag)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def snapshot(self) -> list[Event]:
         """Every event so far, as one consistent list."""
         with self._cond:
@@ -56,40 +84,148 @@ class EventLog:
     def last_id(self) -> int:
         return len(self._events)
 
-    def follow(self, after: int = 0, keepalive: float = KEEPALIVE_S) -> Iterator[Event | None]:
+    def follow(self, after: int = 0, keepalive: float = KEEPALIVE_S, until: float | None = None,
+               stop: threading.Event | None = None) -> Iterator[Event | None]:
         """Yield the events after id ``after``, then new ones as they come.
 
         Yields ``None`` when nothing happened for ``keepalive`` seconds, so the
         caller can send a comment line and notice a client that went away.
-        Ends once the log is closed and everything has been yielded.
+        Ends once the log is closed and everything has been yielded, or at the
+        monotonic time ``until``, or when ``stop`` is set (whoever sets it calls
+        ``wake()``); the caller tells those cases apart with ``closed``.
         """
         position = max(0, after)
         while True:
             with self._cond:
                 if position >= len(self._events) and not self._closed:
-                    self._cond.wait(keepalive)
+                    wait = keepalive if until is None else min(keepalive, until - time.monotonic())
+                    if wait > 0 and not (stop is not None and stop.is_set()):
+                        self._cond.wait(wait)
                 batch = self._events[position:]
                 closed = self._closed
-            if not batch:
-                if closed:
-                    return
-                yield None
+            if batch:
+                position += len(batch)
+                yield from batch
                 continue
-            position += len(batch)
-            yield from batch
+            if closed:
+                return
+            if (stop is not None and stop.is_set()) or (until is not None and time.monotonic() >= until):
+                return
+            yield None
 
 
-def sse_format(event: Event | None) -> str:
+def sse_format(event: Event | None, prefix: str = "") -> str:
     """One event in the text/event-stream wire format (``None``: a keep-alive).
 
     Data lines cannot hold raw newlines, so each line gets its own ``data:``;
-    the browser joins them with newlines again.
+    the browser joins them with newlines again. ``prefix`` goes before the id
+    (a reply's ids are "<generation key>-<n>").
     """
     if event is None:
         return ": keep-alive\n\n"
     lines = event.data.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     data = "".join(f"data: {line}\n" for line in lines)
-    return f"id: {event.id}\nevent: {event.name}\n{data}\n"
+    return f"id: {prefix}{event.id}\nevent: {event.name}\n{data}\n"
+
+
+def sse_retry(ms: int) -> str:
+    """Tell the browser how long to wait before it reconnects after this stream ends."""
+    return f"retry: {int(ms)}\n\n"
+
+
+class StreamGate:
+    """At most ``limit`` open event streams, each ending itself after ``lifetime`` seconds.
+
+    Each open SSE response holds one waitress thread for as long as it is open,
+    so the streams must stay below the thread pool: the threads left over answer
+    pages, Stop and /healthz at once. A stream over the cap is answered at once
+    with an empty stream and a ``retry:`` (see ``busy_body``): the browser's
+    EventSource comes back later by itself, keeping its Last-Event-ID. A stream
+    also ends after ``lifetime`` (a sleeping phone's half-open socket then holds
+    its thread no longer than that) and at shutdown (``close_all``).
+    """
+
+    def __init__(self, limit: int, lifetime: float):
+        self.limit = max(1, int(limit))
+        self.lifetime = float(lifetime)
+        self.stopping = threading.Event()
+        self.refused = 0                  # streams told to come back later (for logs and tests)
+        self._open = 0
+        self._lock = threading.Lock()
+        self._logs: "weakref.WeakSet[EventLog]" = weakref.WeakSet()
+
+    @property
+    def open(self) -> int:
+        with self._lock:
+            return self._open
+
+    def enter(self) -> "Slot | None":
+        """A slot for one stream, or None when all are taken (or the server is stopping)."""
+        with self._lock:
+            if self._open >= self.limit or self.stopping.is_set():
+                self.refused += 1
+                return None
+            self._open += 1
+        return Slot(self, time.monotonic() + self.lifetime)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._open -= 1
+
+    def watch(self, log: EventLog) -> None:
+        """Remember a log that a stream follows, so that ``close_all`` can wake it."""
+        with self._lock:
+            self._logs.add(log)
+
+    def close_all(self) -> None:
+        """Shutdown: refuse new streams and end the open ones now."""
+        self.stopping.set()
+        with self._lock:
+            logs = list(self._logs)
+        for log in logs:
+            log.wake()
+
+    @staticmethod
+    def busy_body() -> str:
+        """The whole answer to a stream over the cap: come back in a few seconds.
+
+        A 200 with an empty event stream, not a 204 or 503: on those EventSource
+        gives up (htmx's extension then opens a new one, which forgets the
+        Last-Event-ID); on a stream that just ends it reconnects after ``retry``
+        and sends the id of the last event it had.
+        """
+        return sse_retry(random.randint(*BUSY_RETRY_MS)) + ": busy: too many open streams, retrying\n\n"
+
+
+class Slot:
+    """One open stream's place in the gate; ``release()`` is idempotent."""
+
+    def __init__(self, gate: StreamGate, until: float):
+        self.gate = gate
+        self.until = until
+        self._released = False
+        self._lock = threading.Lock()
+
+    def follow(self, log: EventLog, after: int) -> Iterator[Event | None]:
+        """``log.follow`` bounded by this stream's lifetime and by shutdown."""
+        self.gate.watch(log)
+        return log.follow(after, until=self.until, stop=self.gate.stopping)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self.gate._leave()
+
+
+def gate_for(svc) -> StreamGate:
+    """The app's one stream gate, made on first use from ``server`` settings."""
+    gate = svc.extra.get("streams")
+    if gate is None:
+        server = svc.config.server
+        gate = svc.extra.setdefault("streams", StreamGate(server.stream_limit, server.stream_lifetime_s))
+    return gate
 
 
 def last_event_id(headers, args) -> int:

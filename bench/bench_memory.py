@@ -18,6 +18,14 @@ Per run, in a fresh temporary folder:
 
 Everything is read from /proc/<pid>/status of the serve process.  Median of ``--runs``.
 
+``--turns N`` (default 300; 0 skips it): one more fresh ``harvey serve`` for N chat turns
+through the app (issue 13, problem 10), ``--per-session`` turns (default 10) in each of
+N/10 sessions, one after the other as a user would: POST the message, read the reply's
+SSE stream to its final event. The scripted server answers each in ~60 pieces, 1 ms apart.
+VmRSS after turns 10 (the "first few"), 50, 100, 200, N, and again after the registry's
+grace (35 s) has released the last replies; the goal is growth under 10 MB from turn 10.
+``--skip-analysis``: only the turns run.
+
 ``--imports``: also prints where the idle memory goes: VmRSS of a bare interpreter, then
 after importing each third-party dependency, the app's modules, and create_app().
 """
@@ -131,6 +139,75 @@ def one_run(document: str) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def turns_run(turns: int, per_session: int, grace_wait: float = 35.0) -> dict:
+    """RSS of one harvey serve over ``turns`` chat turns (problem 10: memory stays flat)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-turns-"))
+    ollama_port, app_port = free_port(), free_port()
+    (tmp / "workspace").mkdir()
+    write_serve_config(tmp, f"http://127.0.0.1:{ollama_port}", app_port)
+    ollama = subprocess.Popen([PYTHON, str(ROOT / "tests" / "scripted_ollama.py"), "--port", str(ollama_port),
+                               "--delay", "0.001"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = None
+    marks = sorted({m for m in (10, 50, 100, 200, turns) if m <= turns})
+    rss: dict[int, int] = {}
+    try:
+        wait_port(ollama_port)
+        serve = subprocess.Popen([PYTHON, "-m", "app.cli", "serve", "--config", str(tmp / "harvey.yaml")],
+                                 cwd=tmp, env=serve_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(app_port, "/healthz")
+        base = f"http://127.0.0.1:{app_port}"
+        t0 = time.monotonic()
+        with httpx.Client(base_url=base, timeout=30.0, follow_redirects=True) as http:
+            page = http.get("/")
+            token = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(page.text)).group(1)
+            headers = {"X-CSRF-Token": token, "HX-Request": "true"}
+            name, turn = page.url.path.rsplit("/", 1)[-1], 0
+            for n in range(1, turns + 1):
+                if turn == per_session:                  # the next session, as "New chat" makes it
+                    name = http.post("/new", headers=headers).url.path.rsplit("/", 1)[-1]
+                    turn = 0
+                message = f"Turn {n}: tell me about item {n} of the list, in a sentence or two please. " * 3
+                sent = http.post(f"/s/{name}/messages", data={"message": message}, headers=headers)
+                assert sent.status_code == 200, sent.text[:200]
+                final = False
+                with http.stream("GET", f"/s/{name}/turns/{turn}/stream", timeout=60) as response:
+                    for line in response.iter_lines():
+                        final = final or line == "event: final"
+                assert final, f"turn {n}: no final event"
+                http.get(f"/s/{name}")                   # the page, as a reload would read it
+                turn += 1
+                if n in marks:
+                    rss[n] = rss_kb(serve.pid)[0]
+        seconds = time.monotonic() - t0
+        time.sleep(grace_wait)
+        after_grace = rss_kb(serve.pid)[0]
+        return {"marks": rss, "after_grace": after_grace, "seconds": seconds,
+                "sessions": (turns + per_session - 1) // per_session}
+    finally:
+        for proc in (serve, ollama):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_turns(result: dict, turns: int, per_session: int) -> None:
+    marks = result["marks"]
+    first = marks[min(marks)]
+    print(f"\n{turns} chat turns through harvey serve ({result['sessions']} sessions of {per_session} turns; "
+          f"POST + SSE to the final event + page reload each), {result['seconds']:.1f} s:\n")
+    rows = [[f"after turn {n}", f"{v / 1024:.1f} MB", f"{(v - first) / 1024:+.1f} MB"] for n, v in marks.items()]
+    rows.append(["35 s later (finished replies released)", f"{result['after_grace'] / 1024:.1f} MB",
+                 f"{(result['after_grace'] - first) / 1024:+.1f} MB"])
+    print(table(["point", "VmRSS", f"growth since turn {min(marks)}"], rows))
+    growth = (marks[max(marks)] - first) / 1024
+    print(f"\nGrowth from turn {min(marks)} to turn {max(marks)}: {growth:+.1f} MB (goal: < 10 MB).")
+
+
 IMPORT_PROBE = r"""
 import os
 def rss():
@@ -174,10 +251,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--imports", action="store_true", help="also show where the idle memory goes")
+    parser.add_argument("--turns", type=int, default=300, help="chat turns in the turns run (0: skip it)")
+    parser.add_argument("--per-session", type=int, default=10, help="turns per session in the turns run")
+    parser.add_argument("--skip-analysis", action="store_true", help="only the turns run")
     args = parser.parse_args()
+    if args.skip_analysis:
+        print(header("Memory of harvey serve over chat turns (issue 13, problem 10)",
+                     f"python bench/bench_memory.py --skip-analysis --turns {args.turns} "
+                     f"--per-session {args.per_session}"))
+        print_turns(turns_run(args.turns, args.per_session), args.turns, args.per_session)
+        return
     document, _ = fit_to_chunks(synthetic_markdown, 20, "markdown", 10, 60)   # exactly 20 chunks
     print(header("Memory of harvey serve (item 4)",
-                 f"python bench/bench_memory.py --runs {args.runs}" + (" --imports" if args.imports else "")))
+                 f"python bench/bench_memory.py --runs {args.runs} --turns {args.turns}"
+                 + (" --imports" if args.imports else "")))
     results = [one_run(document) for _ in range(args.runs)]
     mb = lambda key: f"{median([r[key] for r in results]) / 1024:.1f} MB"  # noqa: E731
     spread = lambda key: (f"{min(r[key] for r in results) / 1024:.1f}–"  # noqa: E731
@@ -191,6 +278,8 @@ def main() -> None:
         ["highest 5-ms sample during the analysis (VmRSS)", mb("sampled_max"), spread("sampled_max"), ""],
         ["2 s after the analysis (VmRSS)", mb("after"), spread("after"), ""],
     ]))
+    if args.turns:
+        print_turns(turns_run(args.turns, args.per_session), args.turns, args.per_session)
     if args.imports:
         steps = import_costs()
         print("\nWhere the idle memory goes (VmRSS of a fresh interpreter after each step, median of 3):\n")

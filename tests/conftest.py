@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_ollama import ScriptedOllama  # noqa: E402
+from waiting import wait_for_exit, wait_until  # noqa: E402,F401 (the shared deadline-bounded waits)
 
 from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
 
@@ -79,24 +80,48 @@ class LiveApp:
         response = self.get("/")
         return response.url.path.rsplit("/", 1)[-1]
 
-    def sse(self, path, timeout=10.0, headers=None):
-        """Yield (event, data, id) from an SSE stream until it closes."""
-        with self.http.stream("GET", path, timeout=timeout, headers=headers or {}) as response:
-            assert response.status_code == 200
-            event, data, eid = "message", [], None
-            for line in response.iter_lines():
-                if line == "":
-                    if data or event != "message":
-                        yield event, "\n".join(data), eid
-                    event, data, eid = "message", [], None
-                elif line.startswith(":"):
-                    continue
-                elif line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].removeprefix(" "))
-                elif line.startswith("id:"):
-                    eid = line[3:].strip()
+    def sse(self, path, timeout=10.0, headers=None, total=60.0, reconnect=True):
+        """Yield (event, data, id) from an SSE stream until a ``close`` event, as EventSource reads it.
+
+        A stream that ends without ``close`` (its lifetime is up, or the server was busy) is
+        opened again with the last id as Last-Event-ID, after the ``retry:`` it gave (capped at
+        0.5 s here); ``reconnect=False`` stops at the first end instead. ``timeout`` bounds each
+        read, ``total`` the whole: past it the test fails instead of following for ever.
+        """
+        import time
+
+        deadline = time.monotonic() + total
+        last_id = None
+        while True:
+            sent = {**(headers or {}), **({"Last-Event-ID": last_id} if last_id else {})}
+            retry_ms = 0
+            with self.http.stream("GET", path, timeout=timeout, headers=sent) as response:
+                assert response.status_code == 200
+                event, data, eid = "message", [], None
+                for line in response.iter_lines():
+                    if time.monotonic() > deadline:
+                        pytest.fail(f"the event stream {path} was still open after {total:g} s")
+                    if line == "":
+                        if data or event != "message":
+                            yield event, "\n".join(data), eid
+                            if event == "close":
+                                return
+                        event, data, eid = "message", [], None
+                    elif line.startswith(":"):
+                        continue
+                    elif line.startswith("retry:"):
+                        retry_ms = int(line[6:].strip() or 0)
+                    elif line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].removeprefix(" "))
+                    elif line.startswith("id:"):
+                        eid = last_id = line[3:].strip()
+            if not reconnect:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the event stream {path} did not close within {total:g} s")
+            time.sleep(min(retry_ms, 500) / 1000)
 
     def _serve(self):
         try:
@@ -111,6 +136,11 @@ class LiveApp:
             return
         self.closing = True
         self.http.close()
+        from app.events import gate_for
+
+        gate_for(self.services).close_all()     # open event streams end now and free their threads
+        for gen in list(self.services.replies._by_session.values()):
+            gen.stop()
         self.services.jobs.shutdown()
         from waitress.channel import HTTPChannel
 

@@ -1,7 +1,6 @@
 """The context budget: accounting, num_ctx, files, calibration (scripted server)."""
 
 import dataclasses
-import time
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,10 @@ from scripted_ollama import Reply
 
 
 def wait_reply(live, name, timeout=10):
+    """Until the reply is recorded in the session file (not just finished), within ``timeout``."""
     gen = live.services.replies.current(name)
-    deadline = time.monotonic() + timeout
-    while gen is not None and not gen.finished and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+    if gen is not None:
+        assert gen.wait_recorded(timeout), f"the reply in {name} was not recorded within {timeout} s"
     return gen
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from app.sessions import fountain
 from conftest import require
+from waiting import wait_until
 from scripted_ollama import Reply, ScriptedOllama
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,19 +29,34 @@ def harvey(*args, cwd, env=None):
 
 
 def wait_for_url(proc, timeout=60) -> str:
-    """Read the log until the server says where it listens."""
+    """Read the log until the server says where it listens (a reader thread, so a silent,
+    hung server fails at the deadline instead of blocking ``readline`` for ever)."""
+    import queue
+    import threading
+
+    lines: "queue.Queue[str | None]" = queue.Queue()
+
+    def read():
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + timeout
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
+    seen = []
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
             break
-        lines.append(line)
+        if line is None:
+            break
+        seen.append(line)
         found = re.search(r"listening on (http://127\.0\.0\.1:\d+)/", line)
         if found:
             return found.group(1)
     proc.kill()
-    raise AssertionError("server did not start:\n" + "".join(lines))
+    raise AssertionError(f"server did not start within {timeout} s:\n" + "".join(seen))
 
 
 def write_config(folder: Path, ollama_url: str, model: str = "tiny:1b"):
@@ -52,9 +68,11 @@ def write_config(folder: Path, ollama_url: str, model: str = "tiny:1b"):
 def stop(proc):
     proc.send_signal(signal.SIGINT)
     try:
-        proc.wait(10)
+        proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait(10)
+        raise AssertionError("harvey serve did not stop within 20 s of SIGINT") from None
 
 
 def test_broken_config_stops_start_up_with_one_message(tmp_path):
@@ -111,8 +129,8 @@ def test_server_killed_mid_reply_loses_nothing(tmp_path):
             assert any(line == "event: close" for line in events.iter_lines())
         server.script = Reply(text="slow " * 500, token_delay=0.05)
         http.post(f"/s/{name}/messages", data={"message": "second question, interrupted"}, headers=headers)
-        time.sleep(0.5)
-        proc.kill()                                   # a crash, not a shutdown
+        wait_until(lambda: len(server.chats()) == 2, 10, "the second question to reach the model")
+        proc.kill()                                   # a crash, not a shutdown (mid-reply: ~25 s to go)
         proc.wait(10)
         restarted = harvey("serve", cwd=tmp_path)
         try:

@@ -229,12 +229,49 @@ def test_dry_run_writes_nothing(tmp_path, stubs):
 def test_real_install_needs_root(stubs):
     env, calls = stubs
     command = ["bash", str(INSTALL)]
-    if os.geteuid() == 0:                      # drop to nobody to see the refusal
-        require(shutil.which("setpriv") is not None, "setpriv (util-linux) is needed to test as non-root")
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd="/")
-    assert result.returncode != 0 and "run as root" in result.stderr
-    assert not calls.exists()
+    if os.geteuid() != 0:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, cwd="/")
+        assert result.returncode != 0 and "run as root" in result.stderr
+        assert not calls.exists()
+        return
+    # As root: drop to nobody to see the refusal. nobody may not read the checkout or pytest's
+    # tmp_path (0700), so what the run needs goes to a folder of its own that nobody can read:
+    # the installer with the checkout markers it checks, the command stubs, and a log the stubs
+    # can write (so a call would show).
+    require(shutil.which("setpriv") is not None, "setpriv (util-linux) is needed to test as non-root")
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="harvey-setpriv-"))
+    try:
+        shared.chmod(0o755)
+        (shared / "deploy").mkdir(mode=0o755)
+        script = shared / "deploy" / "install.sh"
+        shutil.copyfile(INSTALL, script)
+        script.chmod(0o644)
+        for folder in ("app", "templates", "static"):       # what its "is this a checkout?" check looks at
+            (shared / folder).mkdir(mode=0o755)
+        shutil.copyfile(REPO / "app" / "__init__.py", shared / "app" / "__init__.py")
+        (shared / "app" / "__init__.py").chmod(0o644)
+        log_dir = shared / "log"
+        log_dir.mkdir()
+        log_dir.chmod(0o777)
+        shared_calls = log_dir / "calls.log"
+        stubs_dir = shared / "stubs"
+        stubs_dir.mkdir(mode=0o755)
+        for name in SYSTEM_COMMANDS:
+            stub = stubs_dir / name
+            stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{shared_calls}"\n')
+            stub.chmod(0o755)
+        env = {**env, "PATH": f"{stubs_dir}:{os.environ['PATH']}"}
+        probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", str(script)],
+                               capture_output=True, timeout=30, cwd="/")
+        assert probe.returncode == 0, "nobody can read the copied installer"      # the copy is what runs
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script)],
+                                env=env, capture_output=True, text=True, timeout=60, cwd="/")
+        assert result.returncode != 0 and "run as root" in result.stderr, result.stderr
+        assert not shared_calls.exists() and not calls.exists()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 # -- harvey serve's start-up log ---------------------------------------------------------------

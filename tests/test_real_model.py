@@ -7,7 +7,6 @@ never about what a 135M model says.
 import dataclasses
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -43,12 +42,10 @@ def test_context_exceeded_is_refused_not_truncated(demo_model):
 
 
 def wait_reply(live, name, timeout=90):
+    """Until the real model's reply is recorded in the session file, within ``timeout``."""
     gen = live.services.replies.current(name)
-    deadline = time.monotonic() + timeout
-    while not gen.finished and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert gen.finished, "the real model did not finish in time"
-    time.sleep(0.05)
+    assert gen is not None, "no reply was started"
+    assert gen.wait_recorded(timeout), "the real model did not finish (and the reply was not recorded) in time"
     return gen
 
 

@@ -7,7 +7,7 @@ import time
 from flask import Blueprint, Response, abort, redirect, request, stream_with_context, url_for
 
 from .. import chunking
-from ..events import Event, last_event_id, sse_format
+from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
 from ..ollama import OllamaError
 from ..services import services
 from ..sessions import fountain
@@ -93,29 +93,48 @@ def events(name: str, job_id: str):
     """SSE: progress and partial answers, replayed after Last-Event-ID, then the new card.
 
     An unknown job (a stale page after a restart) gets a stream that just closes:
-    a 404 would make the browser's EventSource retry for ever.
+    a 404 would make the browser's EventSource retry for ever. The stream ends
+    itself after the gate's lifetime (the browser reconnects with Last-Event-ID
+    and the replay goes on from there); over the gate's cap it is told to come
+    back later. The analysis runs on in its worker whoever watches.
     """
     job = services().jobs.jobs.get(job_id)
     if job is None or job.session != name:
-        return Response(sse_format(Event(0, "close", "")), mimetype="text/event-stream")
+        return _sse(sse_format(Event(0, "close", "")))
     log_ = services().jobs.log_for(job)
     after = last_event_id(request.headers, request.args)
+    if (job.state not in ACTIVE and not log_.closed) or after > log_.last_id:
+        # Nothing running to follow, or an id from another run of the log (the server restarted):
+        # the card as it is now, which opens its own stream if the job runs.
+        return _sse(sse_format(Event(log_.last_id, "state", _turn_html(job)))
+                    + sse_format(Event(log_.last_id, "close", "")))
+    gate = gate_for(services())
+    slot = gate.enter()
+    if slot is None:
+        return _sse(gate.busy_body())
 
     def stream():
-        if job.state not in ACTIVE and not log_.closed:
-            yield sse_format(Event(log_.last_id, "state", _turn_html(job)))   # nothing running to follow
-            yield sse_format(Event(log_.last_id, "close", ""))
-            return
-        for event in log_.follow(after):
-            if event is not None and event.name == "state":
-                yield sse_format(Event(event.id, "state", _turn_html(job)))
-                yield sse_format(Event(event.id, "close", ""))
-                return
-            yield sse_format(event)
-        yield sse_format(Event(log_.last_id, "close", ""))
+        try:
+            yield sse_retry(RECONNECT_MS)
+            for event in slot.follow(log_, after):
+                if event is not None and event.name == "state":
+                    yield sse_format(Event(event.id, "state", _turn_html(job)))
+                    yield sse_format(Event(event.id, "close", ""))
+                    return
+                yield sse_format(event)
+            if log_.closed:
+                yield sse_format(Event(log_.last_id, "close", ""))
+            # else: lifetime up or shutting down; the browser reconnects with its Last-Event-ID
+        finally:
+            slot.release()
 
-    return Response(stream_with_context(stream()), mimetype="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response = _sse(stream_with_context(stream()))
+    response.call_on_close(slot.release)
+    return response
+
+
+def _sse(body) -> Response:
+    return Response(body, mimetype="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 @bp.post("/s/<name>/analysis/direct")

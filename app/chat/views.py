@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 
 from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
-from ..events import Event, sse_format
+from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
 from ..ollama import OllamaError
 from ..render import markdown
 from ..services import services
@@ -50,6 +50,7 @@ class TurnView:
     alert: object = None
     analysis: object = None
     offers: list[str] = field(default_factory=list)
+    interrupted: str = ""       # why the reply was cut off (shutdown or crash): show what was saved + Re-send
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
@@ -64,7 +65,26 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
     if read.error:
         view.error = prepare.error_view(*read.error)
         view.partial_kept = bool(turn.reply)
+    view.interrupted = read.interrupted or (_NEVER_FINISHED if _never_finished(turn, read) else "")
     return view
+
+
+_NEVER_FINISHED = "the server stopped before the reply was finished"
+
+
+def _never_finished(turn: fountain.Turn, read: notes.Read) -> bool:
+    """A message recorded before this server started, with no reply and no note: a crash cut it off.
+
+    (A turn recorded since then with no reply yet is still being prepared or answered.)
+    """
+    if not turn.user_text or turn.reply is not None or turn.harvey or turn.analysis is not None:
+        return False
+    if read.error or read.stopped or read.declined or read.compacted is not None or turn.when is None:
+        return False
+    try:
+        return turn.when < services().replies.started_at
+    except (TypeError, RuntimeError):      # an aware timestamp from an import; no app context
+        return False
 
 
 PAGE_TURNS = 40          # turns the page shows at first; older ones load on demand
@@ -319,7 +339,10 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
         gen.events.append("piece", str(escape(piece)))
 
     def on_finish(gen):
-        done_notes = prepare.reply_notes(gen.status, gen.error)
+        if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
+            done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
+        else:
+            done_notes = prepare.reply_notes(gen.status, gen.error)
         if gen.final is not None:
             warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final)
             if warning:
@@ -362,22 +385,62 @@ def stop(name: str):
 
 @bp.get("/s/<name>/turns/<int:turn>/stream")
 def stream(name: str, turn: int):
-    """SSE: the reply so far as one snapshot, then each new piece, then the final turn."""
+    """SSE: the reply so far, then each new piece, then the final turn.
+
+    A reconnect that sends the Last-Event-ID of this generation gets only the
+    pieces after that id; any other connect gets one snapshot of the pieces so
+    far (swapped in whole). The stream ends itself after the gate's lifetime and
+    the browser comes back at once with its Last-Event-ID, so nothing is lost or
+    repeated; over the gate's cap it is told to come back later. The reply goes
+    on in its own thread whoever watches.
+    """
     _load(name)
-    gen = services().replies.current(name)
+    svc = services()
+    gen = svc.replies.current(name)
+    if gen is None or gen.turn != turn or gen.events.closed:
+        # Nothing to follow: the turn as stored (quick, so it needs no stream slot).
+        return _sse_response(sse_format(Event(0, "final", turn_fragment(name, turn)))
+                             + sse_format(Event(0, "close", "")))
+    gate = gate_for(svc)
+    slot = gate.enter()
+    if slot is None:
+        return _sse_response(gate.busy_body())
+    after = _resume_after(gen, request.headers.get("Last-Event-ID", ""))
 
     def events():
-        if gen is not None and gen.turn == turn:
-            past = gen.events.snapshot()
-            pieces = "".join(e.data for e in past if e.name == "piece")
-            yield sse_format(Event(len(past), "snapshot", pieces))
-            for event in gen.events.follow(len(past)):
+        try:
+            yield sse_retry(RECONNECT_MS)
+            position = after
+            if position is None:
+                past = gen.events.snapshot()
+                pieces = "".join(e.data for e in past if e.name == "piece")
+                yield sse_format(Event(len(past), "snapshot", pieces), gen.key + "-")
+                position = len(past)
+            for event in slot.follow(gen.events, position):
                 if event is None or event.name != "final":
-                    yield sse_format(event)
-        yield sse_format(Event(0, "final", turn_fragment(name, turn)))
-        yield sse_format(Event(0, "close", ""))
+                    yield sse_format(event, gen.key + "-")
+            if gen.events.closed:    # recorded: the turn as stored, then the page closes the stream
+                yield sse_format(Event(gen.events.last_id, "final", turn_fragment(name, turn)), gen.key + "-")
+                yield sse_format(Event(gen.events.last_id, "close", ""), gen.key + "-")
+            # else: lifetime up or shutting down; the browser reconnects with its Last-Event-ID
+        finally:
+            slot.release()
 
-    return Response(stream_with_context(events()), mimetype="text/event-stream",
+    response = _sse_response(stream_with_context(events()))
+    response.call_on_close(slot.release)
+    return response
+
+
+def _resume_after(gen, last_event_id: str) -> int | None:
+    """The position a reconnecting client of ``gen`` has reached (None: it has nothing of it)."""
+    key, _, number = last_event_id.strip().rpartition("-")
+    if key != gen.key or not number.isdigit():
+        return None
+    return min(int(number), gen.events.last_id)
+
+
+def _sse_response(body) -> Response:
+    return Response(body, mimetype="text/event-stream",
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

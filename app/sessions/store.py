@@ -18,6 +18,8 @@ import os
 import re
 import threading
 import copy
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 from datetime import datetime
@@ -75,13 +77,21 @@ class Session:
 class SessionStore:
     """Reads and writes the session files in one folder."""
 
-    def __init__(self, folder: Path, user_name: str, workspace: str, backend: str = "ollama"):
+    # Parsed sessions kept in memory: the few in use, and the chat page's list of the 8 most
+    # recent (chat.views._recent loads each; with fewer, every page view would re-parse them).
+    CACHE_SIZE = 10
+
+    def __init__(self, folder: Path, user_name: str, workspace: str, backend: str = "ollama",
+                 cache_size: int = CACHE_SIZE):
         self.folder = Path(folder)
         self.user_name = user_name
         self.workspace = workspace
         self.backend = backend
-        self._locks: dict[str, threading.RLock] = {}
-        self._cache: dict[str, Session] = {}
+        # A session's lock lives while someone holds or waits for it, then goes (no growth per name).
+        self._locks: "weakref.WeakValueDictionary[str, threading.RLock]" = weakref.WeakValueDictionary()
+        self._cache: "OrderedDict[str, Session]" = OrderedDict()    # least recently used first
+        self._cache_size = max(1, cache_size)
+        self._cache_lock = threading.Lock()
         self._guard = threading.Lock()
         self._index: SessionIndex | None = None
 
@@ -93,8 +103,12 @@ class SessionStore:
         return self.folder / f"{name}{SUFFIX}"
 
     def lock(self, name: str) -> threading.RLock:
+        """The session's lock; hold the returned object for as long as the change lasts."""
         with self._guard:
-            return self._locks.setdefault(name, threading.RLock())
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = self._locks[name] = threading.RLock()
+            return lock
 
     def names(self) -> list[str]:
         """Every session name, newest first (names sort by their timestamp)."""
@@ -110,13 +124,27 @@ class SessionStore:
             mtime = path.stat().st_mtime_ns
         except FileNotFoundError:
             raise SessionNotFound(name) from None
-        cached = self._cache.get(name)
-        if cached and cached.mtime == mtime:
-            return cached
+        with self._cache_lock:
+            cached = self._cache.get(name)
+            if cached and cached.mtime == mtime:
+                self._cache.move_to_end(name)
+                return cached
         play = fountain.loads(path.read_text(encoding="utf-8", errors="replace"))
         session = Session(name, play, mtime)
-        self._cache[name] = session
+        self._remember(name, session)
         return session
+
+    def _remember(self, name: str, session: Session) -> None:
+        """Cache a parsed session; the least recently used goes beyond ``cache_size``."""
+        with self._cache_lock:
+            self._cache[name] = session
+            self._cache.move_to_end(name)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _forget(self, name: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(name, None)
 
     def exists(self, name: str) -> bool:
         return valid_name(name) and self.path(name).exists()
@@ -230,7 +258,7 @@ class SessionStore:
         texts = texts if texts is not None else [fountain.dump_scene(s) for s in play.scenes]
         atomic_write_text(path, fountain.join_file(play.title_page, texts))
         session = Session(name, play, path.stat().st_mtime_ns, _texts=texts)
-        self._cache[name] = session
+        self._remember(name, session)
         return session
 
     # -- turns ---------------------------------------------------------------------------
@@ -260,7 +288,7 @@ class SessionStore:
             self.trash.mkdir(exist_ok=True)
             entry = _free_name(self.trash, name)
             _move(source, self.trash / f"{entry}{SUFFIX}")
-            self._cache.pop(name, None)
+            self._forget(name)
         return entry
 
     def trashed(self) -> list[tuple[str, str]]:
@@ -281,7 +309,7 @@ class SessionStore:
                 raise SessionNotFound(entry)
             name = _free_name(self.folder, entry)
             _move(source, self.folder / f"{name}{SUFFIX}")
-            self._cache.pop(name, None)
+            self._forget(name)
         return name
 
     def import_text(self, text: str, now: datetime | None = None) -> str:
@@ -297,7 +325,7 @@ class SessionStore:
             if not valid_name(name) or self.path(name).exists():  # (year 999 prints as "999")
                 name = _free_name(self.folder, f"harvey-session-{now:%Y%m%d-%H%M%S}")
             atomic_write_text(self.path(name), text)
-            self._cache.pop(name, None)
+            self._forget(name)
         return name
 
 

@@ -81,4 +81,4 @@ def wait_until(page, expression: str, timeout: float = 15.0):
         if page.evaluate(f"() => Boolean({expression})"):
             return
         page.wait_for_timeout(50)
-    raise AssertionError(f"timed out waiting for {expression}")
+    pytest.fail(f"timed out after {timeout:g} s waiting in the page for: {expression}")

@@ -1,0 +1,144 @@
+"""A whole chunked analysis against the real small model: calls, tokens and model time (issue 14).
+
+Run from the repository root:  python bench/bench_analysis_model.py [--bytes N] [--write LABEL]
+
+The app runs under waitress (tests/conftest.LiveApp) against the bundled SmolLM2-135M
+behind Ollama's API (harvey_demo.server.DemoServer, one thread). The document is Python's
+reference topics as Markdown (pydoc_data, shipped with CPython), cut to ``--bytes``
+(default: the size that makes exactly 20 chunks with this checkout's chunker, so the
+"before" run is a 20-chunk analysis and the "after" run analyses the same bytes). The
+user asks "Summarize each section of topics.md", gets the alert card and starts it.
+
+Counted from the model server's own answers (``prompt_eval_count``, ``eval_count``, and
+the time of each call as the client saw it): model calls, prompt tokens, generated tokens,
+model seconds. On a Pi the model's time is the cost; generated tokens are the slow part.
+``--write LABEL`` adds a row to the "## Analysis against the real model" section of
+bench/RESULTS.md (LABEL: e.g. "before #14").
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import ROOT, chunks_for, close_quietly, git_revision, live_app, machine, pydoc_markdown  # noqa: E402
+
+SECTION = "## Analysis against the real model (issue 14)"
+DEADLINE_S = 3600.0
+
+
+def fit_bytes(target: int) -> int:
+    """The smallest size (in 2 KB steps) whose topics document makes ``target`` chunks here."""
+    for size in range(20_000, 400_000, 2_000):
+        if chunks_for(pydoc_markdown(size), "markdown") >= target:
+            return size
+    raise SystemExit("no size gives that many chunks")
+
+
+def record_calls(client, calls: list) -> None:
+    """Wrap this one client's ``chat`` so each call's final counts and time are kept (bench only)."""
+    real = client.chat
+
+    def chat(model, messages, **kwargs):
+        started = time.monotonic()
+        stream = real(model, messages, **kwargs)
+        original_iter = stream.__iter__
+
+        def iterate():
+            yield from original_iter()
+            final = stream.final
+            calls.append({"seconds": time.monotonic() - started, "prompt": final.prompt_eval_count or 0,
+                          "generated": final.eval_count or 0, "num_ctx": kwargs.get("num_ctx")})
+        return _Iterable(stream, iterate)
+
+    client.chat = chat
+
+
+class _Iterable:
+    """The stream with the recording iterator in front; everything else passes through."""
+
+    def __init__(self, stream, iterate):
+        self._stream, self._iterate = stream, iterate
+
+    def __iter__(self):
+        return self._iterate()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def run(size: int) -> dict:
+    from harvey_demo import server as demo_server
+
+    if not demo_server.model_available():
+        raise SystemExit(demo_server.INSTALL_HINT)
+    text = pydoc_markdown(size)
+    with demo_server.DemoServer(threads=1) as model, tempfile.TemporaryDirectory() as tmp:
+        live = live_app(Path(tmp), model.url, ollama=_ollama(model))
+        try:
+            workspace = Path(live.config.workspace)
+            workspace.mkdir(parents=True, exist_ok=True)
+            (workspace / "topics.md").write_text(text)
+            calls: list = []
+            record_calls(live.services.client, calls)
+            name = live.open_session()
+            card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
+            job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)
+            chunks = int(re.search(r"<dt>Chunks</dt><dd>(\d+) chunks", card).group(1))
+            started = time.monotonic()
+            live.post(f"/s/{name}/analysis/{job_id}/start",
+                      data={"instruction": "Summarize each section.", "scope": "all"})
+            session = live.services.store.folder / f"{name}.spmd"
+            while "synthesis: model=" not in session.read_text():
+                if time.monotonic() - started > DEADLINE_S:
+                    raise SystemExit("the analysis did not finish in time")
+                time.sleep(1.0)
+            wall = time.monotonic() - started
+            over = [c for c in calls if c["num_ctx"] and c["prompt"] + c["generated"] > c["num_ctx"]]
+            refused = "context" in session.read_text().lower() and "exceed" in session.read_text().lower()
+        finally:
+            close_quietly(live)
+    return {"bytes": len(text.encode()), "chunks": chunks, "calls": len(calls),
+            "prompt": sum(c["prompt"] for c in calls), "generated": sum(c["generated"] for c in calls),
+            "model_s": sum(c["seconds"] for c in calls), "wall_s": wall, "over_window": len(over),
+            "refused": refused, "doc_tokens": len(text.encode()) // 4}
+
+
+def _ollama(model):
+    from app.config import OllamaConfig
+
+    return OllamaConfig(url=model.url, model=model.model_name, connect_timeout_s=2.0, timeout_s=600.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bytes", type=int, default=0, help="document size (default: 20 chunks here)")
+    parser.add_argument("--write", metavar="LABEL", default="")
+    args = parser.parse_args()
+    size = args.bytes or fit_bytes(20)
+    r = run(size)
+    row = (f"| {args.write or 'this run'} | {git_revision()} | {r['bytes']:,} | {r['chunks']} | {r['calls']} | "
+           f"{r['prompt']:,} | {r['prompt'] / r['doc_tokens']:.2f} | {r['generated']:,} | {r['model_s']:.0f} | "
+           f"{r['wall_s']:.0f} | {r['over_window']} |")
+    print(row)
+    if args.write:
+        path = ROOT / "bench" / "RESULTS.md"
+        old = path.read_text()
+        if SECTION not in old:
+            old = old.rstrip() + "\n\n" + "\n".join([
+                SECTION, "",
+                f"Command: `python bench/bench_analysis_model.py --bytes {size} --write LABEL`", "",
+                f"Machine: {machine()}. SmolLM2-135M-Instruct (harvey_demo, 1 thread), window 8192.", "",
+                "| run | tree | document bytes | chunks | model calls | prompt tokens | prompt tokens per "
+                "document token (bytes/4) | generated tokens | model s | wall s | calls over the window |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]) + "\n"
+        path.write_text(old.rstrip() + "\n" + row + "\n")
+
+
+if __name__ == "__main__":
+    main()

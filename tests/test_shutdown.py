@@ -1,0 +1,267 @@
+"""Issue 13, problem 9: `harvey serve` shuts down gracefully, and a crash leaves a Re-send.
+
+`harvey serve` runs as a real subprocess (the entry point systemd starts) against the
+scripted Ollama server in this process, with slow tokens so that a reply is in flight:
+
+- SIGTERM (systemctl stop/restart) and SIGINT (Ctrl-C) mid-reply: the `.spmd` keeps the
+  text that had arrived plus an "interrupted" note, the page following the reply gets the
+  recorded turn, and the process exits 0 well within systemd's TimeoutStopSec;
+- a running analysis is left resumable (Resume on its card after the restart);
+- `kill -9` mid-reply: on the next start the turn shows that nothing was saved, with an
+  "interrupted" notice and a one-tap Re-send, which answers.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.sessions import fountain, notes
+from scripted_ollama import Reply
+from waiting import wait_for_exit, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "".join(f"w{n:03d} " for n in range(400))          # ~20 s at 4 characters per 0.02 s... unless stopped
+
+
+def stop_timeout_s() -> float:
+    """systemd's TimeoutStopSec for the service (what `harvey serve` must exit within)."""
+    unit = (ROOT / "deploy" / "harvey.service").read_text()
+    return float(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """`python -m app.cli serve` in its own process, with an httpx client that holds the CSRF token."""
+
+    def __init__(self, folder: Path, ollama_url: str):
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = folder / "harvey.yaml"
+        config.write_text(
+            f"ollama:\n  url: {ollama_url}\n  model: tiny:1b\n  timeout_s: 30\n"
+            f"workspace: {folder / 'workspace'}\nsessions_dir: {folder / 'sessions'}\n"
+            f"data_dir: {folder / 'data'}\nuser_name: tester\n"
+            f"server:\n  host: 127.0.0.1\n  port: {self.port}\n")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env.pop("OLLAMA_HOST", None)
+        env.pop("HARVEY_MODEL", None)
+        self.log = open(folder / f"serve-{self.port}.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--config", str(config)],
+                                     cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
+        self.token = ""
+        wait_until(self._up, 30, f"harvey serve answering on {self.url}")
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"harvey serve exited with {self.proc.returncode}: {self.output()}")
+        try:
+            return self.http.get("/healthz", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def output(self) -> str:
+        self.log.flush()
+        return (self.folder / f"serve-{self.port}.log").read_text()
+
+    def get(self, path: str) -> httpx.Response:
+        response = self.http.get(path)
+        found = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(response.text))
+        if found:
+            self.token = found.group(1)
+        return response
+
+    def post(self, path: str, **kw) -> httpx.Response:
+        if not self.token:
+            self.get("/")
+        return self.http.post(path, headers={"X-CSRF-Token": self.token, "HX-Request": "true"}, **kw)
+
+    def open_session(self) -> str:
+        return self.get("/").url.path.rsplit("/", 1)[-1]
+
+    def stop(self) -> None:
+        """Never leave a server behind, whatever the test did."""
+        self.http.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def serves(tmp_path):
+    started: list[Serve] = []
+
+    def start(ollama_url: str) -> Serve:
+        serve = Serve(tmp_path, ollama_url)
+        started.append(serve)
+        return serve
+
+    yield start
+    for serve in started:
+        serve.stop()
+
+
+class Follower:
+    """Reads a reply's event stream in a thread, as the page does: the pieces, then the final turn."""
+
+    def __init__(self, serve: Serve, path: str):
+        self.pieces: list[str] = []
+        self.events: list[str] = []
+        self.final = ""
+        self.error = None
+        self.thread = threading.Thread(target=self._read, args=(serve, path), daemon=True)
+        self.thread.start()
+
+    def _read(self, serve, path):
+        event, data = "", []
+        try:
+            with serve.http.stream("GET", path, timeout=30) as response:
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].removeprefix(" "))
+                    elif line == "" and event:
+                        self.events.append(event)
+                        if event in ("piece", "snapshot"):
+                            self.pieces.append("\n".join(data))
+                        elif event == "final":
+                            self.final = "\n".join(data)
+                        event, data = "", []
+        except httpx.HTTPError as exc:
+            self.error = exc
+
+
+def session_turns(folder: Path, name: str) -> list[fountain.Turn]:
+    return fountain.turns(fountain.loads((folder / "sessions" / f"{name}.spmd").read_text()))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(tmp_path, scripted, serves, signum):
+    scripted.script = Reply(text=TEXT, piece_size=5, token_delay=0.02)
+    serve = serves(scripted.url)
+    name = serve.open_session()
+    assert serve.post(f"/s/{name}/messages", data={"message": "count slowly"}).status_code == 200
+    follower = Follower(serve, f"/s/{name}/turns/0/stream")
+    wait_until(lambda: len("".join(follower.pieces)) >= 40, 15, "some of the reply to arrive")
+
+    t0 = time.monotonic()
+    serve.proc.send_signal(signum)
+    status = wait_for_exit(serve.proc, stop_timeout_s(), "harvey serve to exit after the signal")
+    took = time.monotonic() - t0
+    assert status == 0, serve.output()
+    assert took < stop_timeout_s()                      # well inside systemd's stop timeout (a loose bound)
+    print(f"{signal.Signals(signum).name} mid-reply: exited 0 after {took * 1000:.0f} ms")
+
+    seen = "".join(follower.pieces)
+    turn = session_turns(tmp_path, name)[0]
+    assert turn.user_text == "count slowly"
+    assert turn.reply and turn.reply.startswith(seen) and TEXT.startswith(turn.reply) and turn.reply != TEXT
+    assert notes.read(turn.notes).interrupted.startswith("the server was stopped"), turn.notes
+    assert not notes.read(turn.notes).stopped
+    follower.thread.join(10)
+    assert not follower.thread.is_alive()
+    assert "Interrupted" in follower.final and "Re-send this message" in follower.final   # the page was told
+    assert scripted.chats()[0].finished.wait(5) and scripted.chats()[0].disconnected      # Ollama was told
+
+    again = serves(scripted.url)                         # the next start shows it, with Re-send
+    page = html.unescape(again.get(f"/s/{name}").text)
+    assert "Interrupted (the server was stopped" in page and "the reply above is what arrived" in page
+    assert 'value="count slowly"' in page and "Re-send this message" in page
+    again.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(again.proc, stop_timeout_s(), "an idle harvey serve to exit") == 0
+
+
+def test_kill_9_mid_reply_then_restart_shows_interrupted_and_resend_works(tmp_path, scripted, serves):
+    scripted.script = Reply(text=TEXT, piece_size=5, token_delay=0.02)
+    serve = serves(scripted.url)
+    name = serve.open_session()
+    assert serve.post(f"/s/{name}/messages", data={"message": "are you there?"}).status_code == 200
+    follower = Follower(serve, f"/s/{name}/turns/0/stream")
+    wait_until(lambda: len("".join(follower.pieces)) >= 20, 15, "some of the reply to arrive")
+    serve.proc.kill()
+    wait_for_exit(serve.proc, 10, "the killed server to go")
+    turn = session_turns(tmp_path, name)[0]
+    assert turn.user_text == "are you there?" and turn.reply is None and not turn.notes   # what a crash leaves
+
+    scripted.script = Reply(text="Yes, here again.")
+    again = serves(scripted.url)
+    page = html.unescape(again.get(f"/s/{name}").text)
+    assert "Interrupted (the server stopped before the reply was finished): no reply was saved." in page
+    form = re.search(r'<div class="card interrupted".*?</form>', page, re.S).group(0)
+    assert 'value="are you there?"' in form and "Re-send this message" in form
+    assert "sse-connect" not in page                                     # nothing pretends to stream
+
+    # one tap: the form posts the same message again, as a new turn that gets its answer
+    message = re.search(r'name="message" value="([^"]*)"', form).group(1)
+    model = re.search(r'name="model" value="([^"]*)"', form).group(1)
+    assert again.post(f"/s/{name}/messages", data={"message": message, "model": model}).status_code == 200
+    wait_until(lambda: len(session_turns(tmp_path, name)) == 2 and session_turns(tmp_path, name)[1].reply,
+               15, "the re-sent message answered")
+    turns = session_turns(tmp_path, name)
+    assert turns[1].user_text == "are you there?" and turns[1].reply == "Yes, here again."
+    page = html.unescape(again.get(f"/s/{name}").text)
+    assert page.count("Re-send this message") == 1                       # only the crashed turn offers it
+    again.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(again.proc, stop_timeout_s(), "harvey serve to exit") == 0
+
+
+def test_sigterm_mid_analysis_leaves_it_resumable(tmp_path, scripted, serves):
+    from test_analysis import big_markdown, map_or_reduce
+
+    def slow(body):
+        reply = map_or_reduce(body)
+        reply.token_delay, reply.piece_size = 0.05, 2
+        return reply
+
+    scripted.script = slow
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "big.md").write_text(big_markdown())
+    serve = serves(scripted.url)
+    name = serve.open_session()
+    card = serve.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
+    job = re.search(r"/analysis/([0-9a-f]+)/start", card).group(1)
+    serve.post(f"/s/{name}/analysis/{job}/start", data={"instruction": "Summarize each section."})
+    wait_until(lambda: len(scripted.chats()) >= 2, 20, "the analysis to be a chunk or two in")
+    serve.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(serve.proc, stop_timeout_s(), "harvey serve to exit mid-analysis") == 0, serve.output()
+
+    again = serves(scripted.url)
+    page = html.unescape(again.get(f"/s/{name}").text)
+    assert "was interrupted" in page and "Resume from chunk" in page
+    again.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(again.proc, stop_timeout_s(), "harvey serve to exit") == 0
+
+
+def test_sigterm_while_ollama_has_not_answered_yet_still_records_and_exits_in_time(tmp_path, scripted, serves):
+    scripted.script = Reply(text="never sent", fault="hang")          # Ollama accepts, then says nothing
+    serve = serves(scripted.url)
+    name = serve.open_session()
+    assert serve.post(f"/s/{name}/messages", data={"message": "hello?"}).status_code == 200
+    wait_until(lambda: scripted.chats(), 10, "the request to reach the model")
+    t0 = time.monotonic()
+    serve.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(serve.proc, stop_timeout_s(), "harvey serve to exit") == 0, serve.output()
+    print(f"SIGTERM with the model silent: exited 0 after {(time.monotonic() - t0) * 1000:.0f} ms")
+    turn = session_turns(tmp_path, name)[0]
+    assert turn.user_text == "hello?" and turn.reply is None
+    assert notes.read(turn.notes).interrupted.startswith("the server was stopped"), turn.notes

@@ -1,0 +1,42 @@
+"""Deadline-bounded waiting for tests: never a bare polling loop, never a tight clock.
+
+``wait_until(predicate, timeout, message)`` polls ``predicate`` until it returns
+something truthy and returns that value; at the deadline it fails the test with
+``message`` (and the last value seen), so a hang becomes a clear failure instead
+of a stuck run. Timeouts here are generous bounds for a loaded 2-core machine:
+they say "this must happen eventually", not "this is fast".
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str = "condition",
+               interval: float = 0.02) -> T:
+    """Poll ``predicate`` every ``interval`` s until it is truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    value = predicate()
+    while not value:
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for: {message} (last value: {value!r})")
+        time.sleep(interval)
+        value = predicate()
+    return value
+
+
+def wait_for_exit(proc, timeout: float, message: str = "the process to exit") -> int:
+    """``proc.wait`` with a deadline that fails the test (and kills the process) instead of hanging."""
+    import subprocess
+
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        pytest.fail(f"timed out after {timeout:g} s waiting for: {message}")
