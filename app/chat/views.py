@@ -8,6 +8,7 @@ follows the same reply instead of asking again.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from flask import (Blueprint, Response, abort, redirect, render_template, request,
@@ -50,13 +51,15 @@ class TurnView:
     alert: object = None
     analysis: object = None
     offers: list[str] = field(default_factory=list)
+    partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
+    partials_job: object = None
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
     """Read a recorded turn's notes back into what the page shows."""
     model_name = prepare.match_model(turn.model, list(installed)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
-                    stats=turn.stats or "", harvey_text=turn.harvey or "", analysis=turn.analysis)
+                    stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis)
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply)
     read = notes.read(turn.notes)
@@ -65,6 +68,14 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
         view.error = prepare.error_view(*read.error)
         view.partial_kept = bool(turn.reply)
     return view
+
+
+_ALERT_PROMPT = re.compile(r"\s*Enter instructions to process each chunk.*\Z", re.S)
+
+
+def answered_alert(harvey: str) -> str:
+    """HARVEY's overflow alert without its question: shown only once the card is answered."""
+    return _ALERT_PROMPT.sub("", harvey)
 
 
 PAGE_TURNS = 40          # turns the page shows at first; older ones load on demand
@@ -87,6 +98,9 @@ def _views(session: Session, default_model: str, start: int = 0, stop: int | Non
         view = by_index.get(job.turn)
         if view is not None and job.state not in SETTLED:
             view.alert, view.harvey_text = job, ""
+        elif view is not None and view.analysis is not None and job.results:
+            view.partials_job = job          # the partial answers stay openable after the job
+            view.partials = [r for _, r in sorted(job.results.items()) if r.index < job.total]
     return views
 
 

@@ -1,0 +1,153 @@
+"""Issue 16 in a real browser: the long job, streaming, copy and retry, sessions, phone, keyboard.
+
+Every behaviour test runs at a phone (390x844) and a laptop (1280x800) size, in light and dark
+(Playwright's ``color_scheme``); axe-core must find no serious or critical violation in each
+state touched. Waits are bounded (Playwright's timeouts, ``wait_until``); nothing asserts on time.
+"""
+
+import re
+
+import pytest
+
+from browser.conftest import CHROMIUM, axe_violations, no_horizontal_scroll, shot, wait_until  # noqa: F401
+from scripted_ollama import Reply
+from test_analysis import big_file_config, map_or_reduce
+
+pytestmark = pytest.mark.browser
+
+PHONE = {"width": 390, "height": 844}
+LAPTOP = {"width": 1280, "height": 800}
+LOOKS = [(PHONE, "light"), (PHONE, "dark"), (LAPTOP, "light"), (LAPTOP, "dark")]
+LOOK_IDS = ["phone-light", "phone-dark", "laptop-light", "laptop-dark"]
+
+
+@pytest.fixture
+def open_page(browser):
+    """A page at a size and colour scheme; ``page.requests`` records every URL it asks for."""
+    contexts = []
+
+    def start(size=PHONE, scheme="light", touch=False):
+        context = browser.new_context(viewport=size, color_scheme=scheme, has_touch=touch,
+                                      is_mobile=touch)
+        context.set_default_timeout(15000)
+        contexts.append(context)
+        page = context.new_page()
+        page.errors, page.requests = [], []
+        page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+        page.on("console", lambda msg: msg.type == "error" and page.errors.append(msg.text))
+        page.on("request", lambda req: page.requests.append(req.url))
+        return page
+
+    yield start
+    for context in contexts:
+        context.close()
+
+
+def look(request):
+    """The parametrized (size, scheme) of a test, and a name for its screenshots."""
+    size, scheme = request.param if hasattr(request, "param") else (PHONE, "light")
+    return size, scheme
+
+
+def tag(size, scheme):
+    return f"{'phone' if size is PHONE else 'laptop'}-{scheme}"
+
+
+def assert_axe_clean(page, where):
+    found = axe_violations(page)
+    assert found == [], (where, found)
+
+
+def send(page, text):
+    page.fill("#message", text)
+    page.click("#send")
+
+
+# -- point 1: the long job ------------------------------------------------------------------
+
+def slow_chunks(body):
+    """Map answers slow enough (about 2 s a chunk) that the clock must tick between chunks."""
+    reply = map_or_reduce(body)
+    if reply.text.startswith("Partial answer"):
+        reply.token_delay, reply.piece_size = 0.3, 4
+    return reply
+
+
+@pytest.fixture
+def long_job_app(tmp_path, scripted, make_live):
+    scripted.script = slow_chunks
+    return make_live(big_file_config(tmp_path, scripted, max_chunks=3)), scripted
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_long_job_ticks_titles_and_keeps_partials(long_job_app, open_page, size, scheme):
+    live, scripted = long_job_app
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    send(page, "Summarize the methodology in big.md")
+    card = page.locator(".card.alert")
+    card.locator("textarea").wait_for()
+    # the more-than-max_chunks choice: a default, and whole rows to tap
+    choices = card.locator(".scope .choice")
+    assert choices.count() == 2
+    assert card.locator(".scope input:checked").count() == 1
+    for i in range(2):
+        assert choices.nth(i).bounding_box()["height"] >= 44
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "alert card")
+    shot(page, f"phone16-alert-{tag(size, scheme)}")
+    card.locator("button[type=submit]").click()
+    page.wait_for_selector(".progress-card .job-clock .elapsed")
+    # the tab title follows the job
+    wait_until(page, "/^\\[\\d+\\/3\\] /.test(document.title)")
+    # the clock ticks while no chunk ends and nothing is asked of the server
+    wait_until(page, "document.querySelector('.progress-card .job-clock .left')")
+    clock = page.locator(".progress-card .job-clock")
+    before_done, before_text = clock.get_attribute("data-done"), clock.locator(".elapsed").text_content()
+    asked = len(page.requests)
+    wait_until(page, f"(() => {{ const c = document.querySelector('.progress-card .job-clock');"
+                     f" return c && c.dataset.done === {before_done!r}"
+                     f" && c.querySelector('.elapsed').textContent !== {before_text!r}; }})()")
+    assert page.requests[asked:] == []             # the tick is the browser's own
+    assert_axe_clean(page, "progress card")
+    shot(page, f"phone16-progress-{tag(size, scheme)}")
+    # the end: a mark in the title, the partial answers openable, the alert's question gone
+    page.wait_for_selector("text=SYNTHESIZED: the methodology is a three-phase experiment.", timeout=60000)
+    wait_until(page, "document.title.startsWith('\u2713 ')")
+    summary = page.locator(".analysis-summary > summary")
+    marker = summary.evaluate("s => getComputedStyle(s, '::before').content")
+    assert marker not in ("none", "normal", '""')
+    summary.click()
+    partials = page.locator(".analysis-summary details.partial")
+    assert partials.count() == 3
+    partials.first.locator("summary").click()
+    assert "Partial answer for chunk 1." in partials.first.text_content()
+    turn = page.locator("article.turn").first
+    assert "Enter instructions" not in turn.text_content()
+    assert "Context overflow" in turn.text_content()
+    page.mouse.click(5, 5)
+    wait_until(page, "!document.title.startsWith('\u2713 ')")
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "finished analysis")
+    shot(page, f"phone16-done-{tag(size, scheme)}")
+    # after a reload the same page still shows the partial answers (same server run)
+    page.reload()
+    page.locator(".analysis-summary > summary").click()
+    assert page.locator(".analysis-summary details.partial").count() == 3
+    assert page.errors == []
+
+
+def test_declined_card_leaves_no_question(long_job_app, open_page):
+    live, _ = long_job_app
+    page = open_page(PHONE, "dark")
+    page.goto(live.url + "/")
+    send(page, "Summarize the methodology in big.md")
+    page.locator(".card.alert textarea").wait_for()
+    page.click("text=No, back to the chat")
+    page.wait_for_selector("text=Chunk analysis declined: nothing was sent to the model.")
+    assert "Enter instructions" not in page.locator("article.turn").first.text_content()
+    summaries = page.evaluate("() => [...document.querySelectorAll('summary')].filter(s => s.offsetParent)"
+                              ".map(s => getComputedStyle(s, '::before').content)")
+    assert summaries and all(c not in ("none", "normal", '""') for c in summaries)
+    assert_axe_clean(page, "declined card")
+    assert page.errors == []
