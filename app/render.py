@@ -3,13 +3,21 @@
 markdown-it-py in CommonMark mode with tables and strikethrough, and with raw
 HTML switched off: a ``<script>`` in a reply is shown as text, never run. Its
 link validation refuses ``javascript:`` and ``data:`` URLs.
+
+Tables come wrapped in a focusable region that scrolls sideways (a phone is
+narrower than most tables), and :func:`streaming` renders a reply that is still
+arriving: its complete blocks as Markdown, the unfinished rest as escaped text.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+TABLE_OPEN = '<div class="table-scroll" tabindex="0" role="region" aria-label="Table">\n<table>\n'
+TABLE_CLOSE = "</table>\n</div>\n"
 
 
 @lru_cache(maxsize=1)
@@ -17,10 +25,44 @@ def _renderer():
     """Built on first use, not at import time."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable(
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable(
         ["table", "strikethrough"])
+    md.renderer.rules["table_open"] = lambda tokens, idx, options, env: TABLE_OPEN
+    md.renderer.rules["table_close"] = lambda tokens, idx, options, env: TABLE_CLOSE
+    return md
 
 
 def markdown(text: str) -> Markup:
     """Render Markdown; the result is safe to put in a page as it is."""
     return Markup(_renderer().render(text or ""))
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def stable_end(text: str) -> int:
+    """Where the reply's complete blocks end: after the last blank line outside a code
+    fence, or after a closing fence. What follows may still change as pieces arrive."""
+    end, pos, fence = 0, 0, None
+    for line in text.splitlines(keepends=True):
+        pos += len(line)
+        if not line.endswith("\n"):
+            break                               # the line is still arriving
+        found = _FENCE.match(line)
+        if fence is None:
+            if found:
+                fence = found.group(1)
+            elif not line.strip():
+                end = pos
+        elif found and found.group(1)[0] == fence[0] and len(found.group(1)) >= len(fence) \
+                and not line.strip()[len(found.group(1)):].strip():
+            fence, end = None, pos
+    return end
+
+
+def streaming(text: str, tail_id: str) -> Markup:
+    """A reply still arriving: Markdown up to :func:`stable_end`, then the raw rest, escaped,
+    in the element (id ``tail_id``) that later pieces are appended to."""
+    end = stable_end(text)
+    return Markup('<div class="markdown">{}</div><div class="plain tail" id="{}">{}</div>').format(
+        markdown(text[:end]), tail_id, escape(text[end:]))

@@ -18,13 +18,49 @@
       if (hint) hint.remove();
     }
   });
-  function follow() {
-    var main = document.getElementById("conversation");
-    if (main) window.scrollTo(0, document.body.scrollHeight);
+  // Following the conversation as it grows: see "Follow only at the bottom" below.
+})();
+
+// -- Follow only at the bottom (issue 16, point 2) ----------------------------------------
+// New text scrolls the page only when the reader was already at the bottom; a reader who
+// scrolled up to read keeps their place and gets a "New text" button that takes them down.
+(function () {
+  "use strict";
+  var SLACK = 64;          // px from the bottom that still counts as "at the bottom"
+  var atBottom = true;
+
+  function bottomGap() {
+    return document.documentElement.scrollHeight - (window.scrollY + window.innerHeight);
   }
-  document.addEventListener("htmx:afterSwap", follow);
-  document.addEventListener("htmx:sseMessage", follow);
-  document.addEventListener("DOMContentLoaded", follow);
+  function pill() { return document.getElementById("new-text"); }
+  function toBottom() {
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    atBottom = true;
+    var p = pill();
+    if (p) p.hidden = true;
+  }
+  function grew() {
+    if (!document.getElementById("conversation")) return;
+    if (atBottom) { toBottom(); return; }
+    var p = pill();
+    if (p && bottomGap() > SLACK) p.hidden = false;
+  }
+  window.addEventListener("scroll", function () {
+    atBottom = bottomGap() <= SLACK;
+    if (atBottom) { var p = pill(); if (p) p.hidden = true; }
+  }, { passive: true });
+  document.addEventListener("htmx:afterSwap", grew);
+  document.addEventListener("htmx:sseMessage", grew);
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail.elt;
+    if (form && form.id === "composer" && event.detail.successful) toBottom();   // your own message
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("#new-text")) toBottom();
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    if (document.getElementById("conversation") && !location.hash) toBottom();
+  });
 })();
 
 // -- Long jobs (issue 16, point 1) --------------------------------------------------------

@@ -19,7 +19,7 @@ from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
 from ..events import Event, sse_format
 from ..ollama import OllamaError
-from ..render import markdown
+from ..render import markdown, stable_end, streaming
 from ..services import services
 from ..sessions import fountain, notes
 from ..sessions.store import Session, SessionNotFound
@@ -312,8 +312,15 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
         return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window,
                                options={"num_predict": room})
 
+    rendered_to = [0]
+
     def on_piece(gen, piece):
         gen.events.append("piece", str(escape(piece)))
+        if "\n" in piece:                  # Markdown as it streams: at each block that completes
+            text = gen.text
+            if (end := stable_end(text)) > rendered_to[0]:
+                rendered_to[0] = end
+                gen.events.append("rendered", str(streaming(text, f"reply-text-{index}")))
 
     def on_finish(gen):
         done_notes = prepare.reply_notes(gen.status, gen.error)

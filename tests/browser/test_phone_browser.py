@@ -151,3 +151,55 @@ def test_declined_card_leaves_no_question(long_job_app, open_page):
     assert summaries and all(c not in ("none", "normal", '""') for c in summaries)
     assert_axe_clean(page, "declined card")
     assert page.errors == []
+
+
+# -- point 2: streaming ---------------------------------------------------------------------
+
+LONG_WORD = "Supercalifragilisticexpialidocious"
+STREAMED = ("First a short paragraph with **bold** words.\n\n"
+            "```python\ndef hello():\n    return 'hi'\n```\n\n"
+            + "".join(f"Paragraph {n} of the long answer, long enough to wrap on a phone and to fill "
+                      f"the screen so that the reader can scroll up while it grows.\n\n" for n in range(40))
+            + f"| name | what | where |\n|---|---|---|\n| {LONG_WORD} | {LONG_WORD}Again | "
+              f"{LONG_WORD}Third |\n| b | c | d |\n\nThe end.")
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_streaming_follows_only_at_the_bottom_and_renders_markdown(live, scripted, open_page, size, scheme):
+    scripted.script = Reply(text=STREAMED, piece_size=24, token_delay=0.03)
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    send(page, "Write a long answer")
+    # Markdown appears while the reply is still arriving (at least at paragraph breaks)
+    page.wait_for_selector(".msg.reply.streaming .markdown pre code")
+    assert page.locator(".msg.reply.streaming .markdown strong").text_content() == "bold"
+    assert "```" not in page.locator(".msg.reply.streaming .text").text_content()
+    assert_axe_clean(page, "streaming reply")
+    shot(page, f"phone16-streaming-{tag(size, scheme)}")
+    # the reader scrolls up: the page stays there, and a "new text" button appears
+    wait_until(page, "document.documentElement.scrollHeight > window.innerHeight + 200")
+    page.mouse.wheel(0, -100000)
+    wait_until(page, "window.scrollY === 0")
+    wait_until(page, "!document.getElementById('new-text').hidden")
+    assert page.evaluate("window.scrollY") == 0
+    assert page.locator("#new-text").bounding_box()["height"] >= 44
+    shot(page, f"phone16-pill-{tag(size, scheme)}")
+    assert_axe_clean(page, "new text pill")
+    page.click("#new-text")
+    wait_until(page, "document.getElementById('new-text').hidden")
+    wait_until(page, "document.documentElement.scrollHeight - window.scrollY - window.innerHeight < 80")
+    # at the bottom, it follows to the end
+    page.wait_for_selector(".msg.reply:not(.streaming) .markdown .table-scroll table")
+    wait_until(page, "document.documentElement.scrollHeight - window.scrollY - window.innerHeight < 80")
+    # tables scroll sideways; words in cells are not broken
+    whole = page.evaluate(f"""() => [...document.querySelectorAll('.markdown td')]
+        .filter(td => td.textContent.startsWith({LONG_WORD!r}))
+        .map(td => {{ const r = document.createRange(); r.selectNodeContents(td);
+                     return r.getClientRects().length; }})""")
+    assert whole == [1, 1, 1]
+    if size is PHONE:
+        assert page.evaluate("(() => { const s = document.querySelector('.table-scroll');"
+                             " return s.scrollWidth > s.clientWidth; })()")
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "finished reply")
+    assert page.errors == []
