@@ -119,3 +119,64 @@
   document.addEventListener("pointerdown", seen);
   document.addEventListener("keydown", seen);
 })();
+
+// -- Copy (issue 16, point 3) -------------------------------------------------------------
+// Copy a code block (the <pre> next to its button) or a whole reply (data-copy-target).
+// Plain http on a LAN has no clipboard API (it needs a secure context): then the text is put
+// in a hidden textarea and copied with execCommand; if even that fails, the text is selected
+// so that the reader can copy it by hand.
+(function () {
+  "use strict";
+  function textOf(button) {
+    var target = button.dataset.copyTarget ? document.getElementById(button.dataset.copyTarget)
+                                           : button.parentElement.querySelector("pre");
+    if (!target) return "";
+    var copy = target.cloneNode(true);
+    copy.querySelectorAll("button").forEach(function (b) { b.remove(); });
+    return button.dataset.copyTarget ? (copy.innerText || copy.textContent).trim() : copy.textContent;
+  }
+  function legacyCopy(text) {
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.style.position = "fixed"; area.style.top = "0"; area.style.opacity = "0";
+    document.body.appendChild(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+    area.remove();
+    return ok;
+  }
+  function selectForHand(button) {
+    var target = button.dataset.copyTarget ? document.getElementById(button.dataset.copyTarget)
+                                           : button.parentElement.querySelector("pre");
+    var range = document.createRange();
+    range.selectNodeContents(target);
+    var sel = window.getSelection();
+    sel.removeAllRanges(); sel.addRange(range);
+  }
+  function said(button, ok) {
+    var label = button.harveyLabel || (button.harveyLabel = button.innerHTML);
+    button.textContent = ok ? "Copied" : "Selected: copy it";
+    button.classList.toggle("done", ok);
+    if (window.harveyAnnounce) window.harveyAnnounce(ok ? "Copied." : "Text selected; copy it with your device.");
+    clearTimeout(button.harveyTimer);
+    button.harveyTimer = setTimeout(function () { button.innerHTML = label; button.classList.remove("done"); }, 2500);
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button.copy");
+    if (!button) return;
+    var text = textOf(button);
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { said(button, true); }, function () {
+        var ok = legacyCopy(text);
+        if (!ok) selectForHand(button);
+        said(button, ok);
+      });
+    } else {
+      var ok = legacyCopy(text);
+      if (!ok) selectForHand(button);
+      said(button, ok);
+    }
+  });
+})();

@@ -252,6 +252,27 @@ def send(name: str):
         return _send_locked(svc, session, text)
 
 
+@bp.post("/s/<name>/turns/<int:turn>/resend")
+def resend(name: str, turn: int):
+    """Re-send a failed message: the failed turn (the last one) is replaced by the new attempt.
+
+    The answer swaps that turn out; when it is no longer the last turn, or did not fail, the
+    message is sent as a new turn instead (nothing is rewritten in the middle of a session).
+    """
+    svc = services()
+    _load(name)
+    with svc.store.lock(name):
+        _refuse_if_busy(svc, name)
+        session = svc.store.load(name)
+        failed = session.turns[turn] if 0 <= turn < len(session.turns) else None
+        if failed is None or turn != len(session.turns) - 1 or not notes.read(failed.notes).error:
+            return send(name)
+        svc.store.drop_last_turn(name, turn, expect=failed.user_text)
+        session = svc.store.load(name)
+        html = _send_locked(svc, session, failed.user_text)
+    return Response(html, headers={"HX-Retarget": f"#turn-{turn}", "HX-Reswap": "outerHTML"})
+
+
 def _refuse_if_busy(svc, name: str) -> None:
     """A reply streaming or an analysis running: the message is refused, nothing is written."""
     if svc.replies.running(name):

@@ -203,3 +203,82 @@ def test_streaming_follows_only_at_the_bottom_and_renders_markdown(live, scripte
     no_horizontal_scroll(page)
     assert_axe_clean(page, "finished reply")
     assert page.errors == []
+
+
+# -- point 3: copy, highlighting, Re-send ---------------------------------------------------
+
+CODE_REPLY = "Try this:\n\n```python\ndef add(a, b):\n    return a + b  # sum\n```\n\nThen call `add(1, 2)`."
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_code_is_highlighted_focusable_and_copied(live, scripted, open_page, size, scheme):
+    scripted.script = Reply(text=CODE_REPLY, piece_size=8, token_delay=0.01)
+    page = open_page(size, scheme)
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live.url)
+    page.goto(live.url + "/")
+    send(page, "Show me code")
+    block = page.locator(".msg.reply:not(.streaming) .code")
+    block.wait_for()
+    # highlighted on the server: Pygments' token classes, no script did it
+    assert block.locator("span.k").first.text_content() == "def"
+    assert block.locator("span.c1").text_content() == "# sum"
+    # a code block is reachable from the keyboard
+    assert block.locator("pre").get_attribute("tabindex") == "0"
+    block.locator("pre").focus()
+    assert page.evaluate("document.activeElement.tagName") == "PRE"
+    copy = block.locator("button.copy")
+    assert copy.bounding_box()["height"] >= 44
+    copy.click()
+    page.wait_for_selector(".code button.copy.done")
+    assert page.evaluate("navigator.clipboard.readText()") == "def add(a, b):\n    return a + b  # sum\n"
+    page.click("text=Copy reply")
+    wait_until(page, "document.querySelector('.reply-tools .copy').textContent === 'Copied'")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.startswith("Try this:") and "return a + b" in copied and "Copy" not in copied
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "reply with code")
+    shot(page, f"phone16-code-{tag(size, scheme)}")
+    assert page.errors == []
+
+
+def test_copy_falls_back_without_a_clipboard_api(live, scripted, open_page):
+    scripted.script = Reply(text=CODE_REPLY)
+    page = open_page(PHONE, "light")
+    # plain http on a LAN: no navigator.clipboard; record what execCommand("copy") copies
+    page.add_init_script("""Object.defineProperty(navigator, 'clipboard', {value: undefined});
+        window.copied = [];
+        const exec = document.execCommand.bind(document);
+        document.execCommand = (cmd) => { window.copied.push(document.activeElement.value); return exec(cmd); };""")
+    page.goto(live.url + "/")
+    send(page, "Show me code")
+    page.locator(".msg.reply:not(.streaming) .code button.copy").click()
+    wait_until(page, "window.copied.length === 1")
+    assert page.evaluate("window.copied[0]") == "def add(a, b):\n    return a + b  # sum\n"
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_resend_replaces_the_failed_turn(live, scripted, open_page, size, scheme):
+    calls = []
+
+    def first_fails(body):
+        calls.append(body)
+        return Reply(text="boom", fault="http_500") if len(calls) == 1 else Reply(text="It worked this time.")
+
+    scripted.script = first_fails
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    name = page.url.rsplit("/", 1)[-1]
+    send(page, "Please answer")
+    page.wait_for_selector(".card.error")
+    assert_axe_clean(page, "error card")
+    shot(page, f"phone16-error-{tag(size, scheme)}")
+    page.click("text=Re-send this message")
+    page.wait_for_selector("text=It worked this time.")
+    assert page.locator("article.turn").count() == 1
+    assert page.locator(".card.error").count() == 0
+    turns = live.services.store.load(name).turns
+    assert [t.user_text for t in turns] == ["Please answer"] and turns[0].reply == "It worked this time."
+    page.reload()
+    assert page.locator("article.turn").count() == 1
+    assert page.errors == []

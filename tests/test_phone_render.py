@@ -1,0 +1,36 @@
+"""app/render.py for issue 16: streaming snapshots, highlighting, focusable blocks; all escaped."""
+
+import pytest
+
+from app.render import markdown, stable_end, streaming
+
+
+@pytest.mark.parametrize("text, end", [
+    ("no break yet", 0),
+    ("one\n\ntwo", 5),
+    ("one\n\n```py\nx = 1\n\ny = 2\n", 5),             # a blank line inside an open fence is no break
+    ("one\n\n```py\nx = 1\n```\nmore", 21),             # a closing fence completes the block
+    ("a\n\n~~~\n```\n~~~\n\nb", 16),
+])
+def test_stable_end(text, end):
+    assert stable_end(text) == end
+
+
+def test_streaming_escapes_the_tail_and_renders_the_head():
+    html = streaming("**done**\n\n<script>alert(1)</script> still **com", "reply-text-3")
+    assert "<strong>done</strong>" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert 'id="reply-text-3"' in html
+
+
+def test_code_is_highlighted_escaped_and_focusable():
+    html = markdown("```python\nx = '<b>'  # c\n```\n\n```nolang\n<i>\n```")
+    assert '<span class="s1">&#39;&lt;b&gt;&#39;</span>' in html or "&lt;b&gt;" in html
+    assert '<span class="c1"># c</span>' in html
+    assert "<i>" not in html and html.count('<pre tabindex="0">') == 2
+    assert html.count('class="button copy"') == 2
+
+
+def test_tables_scroll_in_a_focusable_region():
+    html = markdown("| a |\n|---|\n| 1 |")
+    assert '<div class="table-scroll" tabindex="0" role="region" aria-label="Table">' in html
