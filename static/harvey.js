@@ -96,7 +96,9 @@
   }
 
   function jobTitle() {
-    if (baseTitle === null) baseTitle = document.title;
+    var named = document.getElementById("title");
+    if (named && named.value.trim()) baseTitle = named.value.trim() + " \u00b7 Harvey";
+    else if (baseTitle === null) baseTitle = document.title;
     var clock = document.querySelector(".progress-card .job-clock");
     if (clock) {
       hadJob = true; doneMark = false;

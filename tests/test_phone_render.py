@@ -34,3 +34,24 @@ def test_code_is_highlighted_escaped_and_focusable():
 def test_tables_scroll_in_a_focusable_region():
     html = markdown("| a |\n|---|\n| 1 |")
     assert '<div class="table-scroll" tabindex="0" role="region" aria-label="Table">' in html
+
+
+@pytest.mark.parametrize("text, title", [
+    ("Hello there", "Hello there"),
+    ("\n\n  # Fix my *script*  \nmore", "Fix my script"),
+    ("/read-chunks big.md", "big.md"),
+    ("@llama3 what is a Pi?", "what is a Pi?"),
+    ("word " * 30, "word word word word word word word word word word word word…"),
+    ("x" * 80, "x" * 60 + "…"),
+    ("   ", ""),
+])
+def test_title_from_message(text, title):
+    from app.sessions.names import title_from_message
+
+    assert title_from_message(text) == title
+
+
+def test_distinct_models():
+    from app.sessions.names import distinct_models
+
+    assert distinct_models(["LLAMA3.1", "llama3.1:8b", "qwen2:1.5b"]) == ["llama3.1:8b", "qwen2:1.5b"]

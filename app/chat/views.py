@@ -21,7 +21,7 @@ from ..events import Event, sse_format
 from ..ollama import OllamaError
 from ..render import markdown, stable_end, streaming
 from ..services import services
-from ..sessions import fountain, notes
+from ..sessions import fountain, names, notes
 from ..sessions.store import Session, SessionNotFound
 from . import prepare
 from .prepare import TurnRefused
@@ -205,6 +205,14 @@ def earlier(name: str):
                            session=session, user_cue=services().config.user_name.upper())
 
 
+def _title_from_first(svc, session: Session, text: str) -> Session:
+    """A new session is named after its first message (no model call), unless renamed already."""
+    if session.turns or session.title != names.DEFAULT_TITLE:
+        return session
+    title = names.title_from_message(text)
+    return svc.store.rename(session.name, title) if title else session
+
+
 @bp.post("/s/<name>/title")
 def rename(name: str):
     _load(name)
@@ -241,7 +249,8 @@ def send(name: str):
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     with svc.store.lock(name):
         _refuse_if_busy(svc, name)
-        session = svc.store.load(name)
+        untitled = svc.store.load(name)
+        session = _title_from_first(svc, untitled, text)
         pending = svc.jobs.open_for(name)
         if pending and pending.state == "proposed":
             svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
@@ -249,7 +258,10 @@ def send(name: str):
                 return Response(turn_fragment(name, pending.turn),
                                 headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
             session = svc.store.load(name)
-        return _send_locked(svc, session, text)
+        html = _send_locked(svc, session, text)
+    if session.title != untitled.title:             # named by its first message: the header shows it
+        html += render_template("chat/_title.html", session=session, oob=True)
+    return html
 
 
 @bp.post("/s/<name>/turns/<int:turn>/resend")

@@ -282,3 +282,49 @@ def test_resend_replaces_the_failed_turn(live, scripted, open_page, size, scheme
     page.reload()
     assert page.locator("article.turn").count() == 1
     assert page.errors == []
+
+
+# -- point 4: sessions -----------------------------------------------------------------------
+
+FIRST = "How do I make the Pi's fan quieter without letting it overheat at night, please?"
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_session_title_from_first_message_and_rename_on_blur(live, scripted, open_page, size, scheme):
+    from datetime import datetime
+
+    from test_session_pages import write_session
+
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    name = page.url.rsplit("/", 1)[-1]
+    send(page, FIRST)
+    page.wait_for_selector(".msg.reply:not(.streaming)")
+    expected = "How do I make the Pi's fan quieter without letting it…"
+    assert page.input_value("#title") == expected
+    wait_until(page, f"document.title.startsWith({expected!r})")
+    assert live.services.store.load(name).title == expected          # no model call made it
+    send(page, "And in summer?")
+    page.wait_for_selector("article.turn:nth-of-type(2) .msg.reply:not(.streaming)")
+    assert page.input_value("#title") == expected                     # only the first message names it
+    assert len(scripted.chats()) == 2                                  # one model call per message, none for the title
+    # a rename is saved when the field loses focus, without Enter
+    page.fill("#title", "Fan notes")
+    with page.expect_response(lambda r: r.url.endswith("/title")):
+        page.locator("#message").click()
+    assert live.services.store.load(name).title == "Fan notes"
+    page.reload()
+    assert page.input_value("#title") == "Fan notes"
+    assert_axe_clean(page, "named session")
+    # the list shows each model once, however a turn names it
+    write_session(live.services.store, datetime(2026, 11, 1, 9, 0),
+                  [("a", "b", "llama3.1:8b"), ("c", "d", "LLAMA3.1")], title="Two spellings")
+    page.goto(live.url + "/sessions/")
+    item = page.locator(".session-item", has_text="Two spellings")
+    meta = item.locator(".meta").text_content()
+    assert "llama3.1:8b" in meta and "LLAMA3.1" not in meta
+    assert page.locator(".session-item", has_text="Fan notes").count() == 1
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "session list")
+    shot(page, f"phone16-sessions-{tag(size, scheme)}")
+    assert page.errors == []
