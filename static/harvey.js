@@ -5,6 +5,7 @@
   document.addEventListener("keydown", function (event) {
     var box = event.target;
     if (box.id !== "message" || event.key !== "Enter" || event.shiftKey || event.isComposing) return;
+    if (window.matchMedia && matchMedia("(pointer: coarse)").matches) return;   // touch: Enter adds a line (#16 p5)
     event.preventDefault();
     var send = document.getElementById("send");
     if (box.value.trim() && send && !send.disabled) box.form.requestSubmit();
@@ -180,5 +181,32 @@
       if (!ok) selectForHand(button);
       said(button, ok);
     }
+  });
+})();
+
+// -- Phone (issue 16, point 5) ------------------------------------------------------------
+// A phone keyboard has no Shift+Enter: on a touch screen Enter adds a line and the Send
+// button sends. The header menu closes when something outside it is tapped, or on Esc.
+(function () {
+  "use strict";
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("message");
+    if (box && window.matchMedia && matchMedia("(pointer: coarse)").matches) {
+      box.placeholder = "Message";
+      box.setAttribute("enterkeyhint", "enter");
+    }
+  });
+  function closeMenu(except) {
+    document.querySelectorAll("details.menu[open]").forEach(function (menu) {
+      if (menu !== except) menu.open = false;
+    });
+  }
+  document.addEventListener("click", function (event) {
+    closeMenu(event.target.closest ? event.target.closest("details.menu") : null);
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape") return;
+    var menu = document.querySelector("details.menu[open]");
+    if (menu) { menu.open = false; menu.querySelector("summary").focus(); }
   });
 })();

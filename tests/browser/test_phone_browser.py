@@ -328,3 +328,66 @@ def test_session_title_from_first_message_and_rename_on_blur(live, scripted, ope
     assert_axe_clean(page, "session list")
     shot(page, f"phone16-sessions-{tag(size, scheme)}")
     assert page.errors == []
+
+
+# -- point 5: phone --------------------------------------------------------------------------
+
+def test_on_a_touch_screen_enter_adds_a_line_and_send_sends(live, scripted, open_page):
+    page = open_page(PHONE, "light", touch=True)
+    page.goto(live.url + "/")
+    assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+    page.locator("#message").tap()
+    page.keyboard.type("line one")
+    page.keyboard.press("Enter")
+    page.keyboard.type("line two")
+    assert page.input_value("#message") == "line one\nline two"
+    assert page.locator("article.turn").count() == 0 and scripted.chats() == []
+    assert "Shift" not in page.get_attribute("#message", "placeholder")
+    page.locator("#send").tap()
+    page.wait_for_selector(".msg.user >> text=line two")
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_one_row_header_with_a_menu_and_a_home_screen_manifest(tmp_path, scripted, make_live, open_page,
+                                                               size, scheme):
+    import dataclasses
+
+    from app.auth import set_password
+    from conftest import make_config
+
+    config = dataclasses.replace(make_config(tmp_path, scripted.url), auth="password")
+    set_password(config.data_path, "correct horse battery")
+    live = make_live(config)
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    page.fill("input[type=password]", "correct horse battery")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#message")
+    # one row, however much the header holds (Sign out included)
+    tops = page.evaluate("() => [...document.querySelector('.topbar').children].map(e => e.getBoundingClientRect().top)")
+    assert max(tops) - min(tops) < 10, tops
+    header = page.locator(".topbar").bounding_box()["height"]
+    dock = page.locator(".dock").bounding_box()["height"]
+    assert header < 64 and header + dock < size["height"] / 3, (header, dock)
+    no_horizontal_scroll(page)
+    page.click("#menu summary")
+    items = page.locator("#menu .menu-items .button")
+    assert [items.nth(i).text_content().strip() for i in range(items.count())] == ["Sessions", "Files", "Sign out"]
+    assert all(items.nth(i).bounding_box()["height"] >= 44 for i in range(items.count()))
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "header menu open")
+    shot(page, f"phone16-menu-{tag(size, scheme)}")
+    page.keyboard.press("Escape")
+    assert not page.locator("#menu").evaluate("m => m.open")
+    # the home-screen manifest and its icons
+    manifest_url = page.locator("link[rel=manifest]").evaluate("l => l.href")
+    manifest = page.request.get(manifest_url).json()
+    assert manifest["display"] == "standalone" and manifest["start_url"] == "/"
+    sizes = {icon["sizes"] for icon in manifest["icons"]}
+    assert {"192x192", "512x512"} <= sizes
+    for icon in manifest["icons"]:
+        response = page.request.get(manifest_url.rsplit("/", 1)[0] + "/" + icon["src"])
+        assert response.ok and response.headers["content-type"].startswith("image/")
+    assert page.locator("link[rel=apple-touch-icon]").count() == 1
+    assert page.errors == []
