@@ -207,6 +207,88 @@
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape") return;
     var menu = document.querySelector("details.menu[open]");
-    if (menu) { menu.open = false; menu.querySelector("summary").focus(); }
+    if (menu) { event.preventDefault(); menu.open = false; menu.querySelector("summary").focus(); }
+  });
+})();
+
+// -- Keyboard and screen readers (issue 16, point 6) ---------------------------------------
+// One small live region (#announce) says what changed: a reply started, finished or stopped,
+// an error, an analysis's chunks. When a swap removes the element that had focus (Start,
+// Cancel, Stop replace their own card), focus moves to what replaced it instead of <body>.
+// Esc stops a streaming reply.
+(function () {
+  "use strict";
+  var lost = null;             // the last focused element in a turn, and that turn's id
+  var replying = false, jobDone = null, jobRunning = false;
+
+  function announce(text) {
+    var region = document.getElementById("announce");
+    if (!region) return;
+    region.textContent = "";
+    setTimeout(function () { region.textContent = text; }, 50);
+  }
+  window.harveyAnnounce = announce;
+
+  // (A removed element fires no focusout in Chromium: remember where focus was instead.)
+  document.addEventListener("focusin", function (event) {
+    var turn = event.target.closest && event.target.closest("article.turn");
+    lost = turn ? { turn: turn.id, element: event.target } : null;
+  });
+
+  function focusTarget(turn) {
+    var replies = turn.querySelectorAll(".msg.reply");
+    return turn.querySelector(".card h2") || replies[replies.length - 1] || turn;
+  }
+  function refocus() {
+    if (!lost || lost.element.isConnected) return;
+    var active = document.activeElement;
+    if (active && active !== document.body) return;
+    var turn = document.getElementById(lost.turn);
+    lost = null;
+    if (!turn) return;
+    var target = focusTarget(turn);
+    if (!target.hasAttribute("tabindex")) target.setAttribute("tabindex", "-1");
+    target.focus({ preventScroll: false });
+  }
+
+  function states() {
+    var streaming = document.querySelector(".msg.reply.streaming");
+    if (streaming && !replying) { replying = true; announce("Reply started."); }
+    else if (!streaming && replying) {
+      replying = false;
+      var turns = document.querySelectorAll("article.turn");
+      var last = turns[turns.length - 1];
+      if (last && last.querySelector(".card.error h2")) announce("The reply failed: " + last.querySelector(".card.error h2").textContent);
+      else if (last && last.querySelector(".msg.reply.stopped")) announce("Reply stopped.");
+      else announce("Reply finished.");
+    }
+    var clock = document.querySelector(".progress-card .job-clock");
+    if (clock) {
+      if (!jobRunning) { jobRunning = true; jobDone = null; announce("Analysis started."); }
+      else if (jobDone !== clock.dataset.done) announce(clock.dataset.done + " of " + clock.dataset.total + " chunks done.");
+      jobDone = clock.dataset.done;
+    } else if (jobRunning) {
+      jobRunning = false;
+      var choice = document.querySelector(".card.alert h2");
+      announce(choice ? choice.textContent : "Analysis finished.");
+    } else {
+      var err = document.querySelector("article.turn:last-of-type .card.error h2");
+      if (err && !err.harveySaid) { err.harveySaid = true; announce("Error: " + err.textContent); }
+    }
+  }
+  function changed() { refocus(); states(); }
+  document.addEventListener("htmx:afterSettle", changed);
+  document.addEventListener("htmx:sseMessage", changed);
+  document.addEventListener("DOMContentLoaded", function () {
+    replying = !!document.querySelector(".msg.reply.streaming");
+    jobRunning = !!document.querySelector(".progress-card");
+    var err = document.querySelector("article.turn:last-of-type .card.error h2");
+    if (err) err.harveySaid = true;
+  });
+
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("details.menu[open]")) return;
+    var stop = document.querySelector(".msg.reply.streaming button.stop");
+    if (stop) { event.preventDefault(); stop.click(); }
   });
 })();

@@ -391,3 +391,74 @@ def test_one_row_header_with_a_menu_and_a_home_screen_manifest(tmp_path, scripte
         assert response.ok and response.headers["content-type"].startswith("image/")
     assert page.locator("link[rel=apple-touch-icon]").count() == 1
     assert page.errors == []
+
+
+# -- point 6: keyboard and screen readers -----------------------------------------------------
+
+def active(page):
+    """Where focus is: the closest card or message's class, and the element's tag."""
+    return page.evaluate("""() => { const a = document.activeElement;
+        const box = a.closest('.card, .msg');
+        return [a.tagName, box ? box.className : '']; }""")
+
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "dark"), (LAPTOP, "light")], ids=["phone-dark", "laptop-light"])
+def test_focus_follows_start_and_cancel_and_states_are_announced(long_job_app, open_page, size, scheme):
+    live, _ = long_job_app
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    assert page.get_attribute("#conversation", "aria-live") is None     # the conversation is not a live region
+    assert page.get_attribute("#announce", "role") == "status"
+    send(page, "Summarize the methodology in big.md")
+    page.locator(".card.alert textarea").wait_for()
+    page.locator(".card.alert button[type=submit]").focus()
+    page.keyboard.press("Enter")                                        # Start, from the keyboard
+    page.wait_for_selector(".progress-card")
+    wait_until(page, "document.activeElement.closest('.progress-card')")
+    assert active(page)[0] == "H2"
+    wait_until(page, "document.getElementById('announce').textContent.length > 0")
+    assert page.locator(".progress-card .stage").get_attribute("role") is None
+    page.locator(".progress-card button.danger").focus()
+    page.keyboard.press("Enter")                                        # Cancel
+    page.wait_for_selector("text=Synthesize the partial answers")
+    wait_until(page, "document.activeElement.closest('.card.alert') && document.activeElement.tagName === 'H2'")
+    wait_until(page, "/stopped/.test(document.getElementById('announce').textContent)")
+    assert_axe_clean(page, "choice after cancel")
+    page.click("text=Drop them")
+    wait_until(page, "!document.querySelector('.card.alert')")
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_esc_stops_a_reply_focus_follows_stop_and_code_is_reachable(live, scripted, open_page, size, scheme):
+    scripted.script = Reply(text="```\n" + "code line\n" * 5 + "```\n\n" + "slow " * 400, piece_size=5,
+                            token_delay=0.03)
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    page.fill("#message", "Go on")
+    page.press("#message", "Enter")
+    page.wait_for_selector(".msg.reply.streaming .markdown pre")
+    wait_until(page, "document.getElementById('announce').textContent === 'Reply started.'")
+    assert "slow" not in page.text_content("#announce")               # states, not tokens
+    assert_axe_clean(page, "streaming")
+    page.keyboard.press("Escape")                                       # Esc stops the reply
+    page.wait_for_selector("text=Stopped: the reply above is what arrived.")
+    wait_until(page, "document.getElementById('announce').textContent === 'Reply stopped.'")
+    # code blocks are reached with Tab: from the Copy button, the next stop is the block itself
+    page.locator(".code button.copy").first.focus()
+    page.keyboard.press("Tab")
+    assert active(page)[0] == "PRE"
+    # Stop from the keyboard: focus goes to the reply that stopped, not to <body>
+    page.fill("#message", "Again")
+    page.press("#message", "Enter")
+    page.wait_for_selector("article.turn:nth-of-type(2) .msg.reply.streaming button.stop")
+    wait_until(page, "document.querySelector('article.turn:nth-of-type(2) .msg.reply.streaming .text')"
+                     "?.textContent.length > 10")
+    page.locator("button.stop").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_selector("article.turn:nth-of-type(2) .msg.reply.stopped")
+    wait_until(page, "document.activeElement.closest('article.turn:nth-of-type(2)')")
+    assert "reply" in active(page)[1]
+    assert_axe_clean(page, "stopped reply")
+    shot(page, f"phone16-stopped-{tag(size, scheme)}")
+    assert page.errors == []
