@@ -191,10 +191,9 @@
   "use strict";
   document.addEventListener("DOMContentLoaded", function () {
     var box = document.getElementById("message");
-    if (box && window.matchMedia && matchMedia("(pointer: coarse)").matches) {
-      box.placeholder = "Message";
-      box.setAttribute("enterkeyhint", "enter");
-    }
+    if (!box || !window.matchMedia) return;
+    if (matchMedia("(pointer: coarse)").matches) box.setAttribute("enterkeyhint", "enter");
+    else if (matchMedia("(min-width: 600px)").matches) box.placeholder = "Message (Enter sends, Shift+Enter for a new line)";
   });
   function closeMenu(except) {
     document.querySelectorAll("details.menu[open]").forEach(function (menu) {

@@ -342,7 +342,7 @@ def test_on_a_touch_screen_enter_adds_a_line_and_send_sends(live, scripted, open
     page.keyboard.type("line two")
     assert page.input_value("#message") == "line one\nline two"
     assert page.locator("article.turn").count() == 0 and scripted.chats() == []
-    assert "Shift" not in page.get_attribute("#message", "placeholder")
+    assert page.get_attribute("#message", "enterkeyhint") == "enter"
     page.locator("#send").tap()
     page.wait_for_selector(".msg.user >> text=line two")
     assert page.errors == []
@@ -462,3 +462,19 @@ def test_esc_stops_a_reply_focus_follows_stop_and_code_is_reachable(live, script
     assert_axe_clean(page, "stopped reply")
     shot(page, f"phone16-stopped-{tag(size, scheme)}")
     assert page.errors == []
+
+
+# -- page weight ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "light"), (LAPTOP, "dark")], ids=["phone-light", "laptop-dark"])
+def test_chat_page_first_load_is_under_150_kb(live, open_page, size, scheme):
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    page.wait_for_load_state("load")
+    wait_until(page, "window.htmx")
+    sizes = page.evaluate("""() => [...performance.getEntriesByType('navigation'),
+                                    ...performance.getEntriesByType('resource')]
+                                   .map(e => [e.name, e.transferSize])""")
+    total = sum(size for _, size in sizes)
+    assert any(name.endswith("htmx-2.0.11.min.js") and size > 0 for name, size in sizes)   # counted, not cached
+    assert total < 150 * 1024, sizes
