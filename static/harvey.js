@@ -291,3 +291,39 @@
     if (stop) { event.preventDefault(); stop.click(); }
   });
 })();
+
+// -- Edit and send again (issue 16, point 3 extra) ----------------------------------------
+// The last message's Edit button puts its text in the box and marks the send as an edit of
+// that turn (retry_of); the server records the new turn and leaves the old one out of the
+// history. Cancel edit (or an empty box) makes it a plain message again.
+(function () {
+  "use strict";
+  function stopEditing() {
+    var retry = document.getElementById("retry-of"), bar = document.getElementById("editing");
+    if (retry) retry.value = "";
+    if (bar) bar.hidden = true;
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button.edit-last");
+    if (button) {
+      var turn = button.dataset.editTurn, text = document.getElementById("user-text-" + turn);
+      var box = document.getElementById("message"), retry = document.getElementById("retry-of");
+      if (!text || !box || !retry) return;
+      box.value = text.textContent;
+      retry.value = turn;
+      document.getElementById("editing").hidden = false;
+      box.focus();
+      box.setSelectionRange(box.value.length, box.value.length);
+      return;
+    }
+    if (event.target.id === "edit-cancel") {
+      stopEditing();
+      var box2 = document.getElementById("message");
+      if (box2) { box2.value = ""; box2.focus(); }
+    }
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail.elt;
+    if (form && form.id === "composer" && event.detail.successful) stopEditing();
+  });
+})();

@@ -55,3 +55,16 @@ def test_distinct_models():
     from app.sessions.names import distinct_models
 
     assert distinct_models(["LLAMA3.1", "llama3.1:8b", "qwen2:1.5b"]) == ["llama3.1:8b", "qwen2:1.5b"]
+
+
+def test_history_leaves_out_turns_that_a_retry_replaced():
+    from app.chat.prepare import history_turns
+    from app.sessions import fountain, notes
+
+    def turn(text, reply, retry=None):
+        return fountain.Turn(None, text, "tiny:1b", reply, notes=[notes.retry(retry)] if retry is not None else [])
+
+    turns = [turn("a", "A"), turn("q", "1"), turn("q", "2", retry=False), turn("q2", "3", retry=True)]
+    assert [[m["content"] for m in entry] for entry in history_turns(turns)] == [["a", "A"], ["q2", "3"]]
+    failed = [turn("a", "A"), turn("q", None), turn("q", "ok", retry=True)]     # nothing to take back
+    assert len(history_turns(failed)) == 2

@@ -104,17 +104,23 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
     those turns in the request; the session file keeps them all.
     """
     history: list[list[dict]] = []
+    added = False                       # did the turn before add an entry (a retry takes it back)?
     for turn in turns:
         replaced = compacted_turns(turn)
         if replaced is not None:
             history = [[{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
                         {"role": "assistant", "content": "Noted."}], *history[replaced:]]
+            added = False
             continue
+        if added and notes.is_retry(turn.notes):
+            history.pop()               # regenerated or edited: the model sees only the new attempt
+        added = False
         if turn.reply is None or not turn.user_text:
             continue
         prompt = MENTION_AT_START.sub("", turn.user_text, count=1) if turn.user_text.startswith("@") else turn.user_text
         history.append([{"role": "user", "content": prompt},
                         {"role": "assistant", "content": turn.reply}])
+        added = True
     return history
 
 

@@ -258,7 +258,7 @@ def send(name: str):
                 return Response(turn_fragment(name, pending.turn),
                                 headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
             session = svc.store.load(name)
-        html = _send_locked(svc, session, text)
+        html = _send_locked(svc, session, text, _edit_of(session, request.form.get("retry_of", type=int)))
     if session.title != untitled.title:             # named by its first message: the header shows it
         html += render_template("chat/_title.html", session=session, oob=True)
     return html
@@ -285,6 +285,26 @@ def resend(name: str, turn: int):
     return Response(html, headers={"HX-Retarget": f"#turn-{turn}", "HX-Reswap": "outerHTML"})
 
 
+def _edit_of(session: Session, index: int | None) -> str | None:
+    """The retry note when the message edits the last turn (the Edit button), else None."""
+    if index is None or index != len(session.turns) - 1 or not session.turns[index].user_text:
+        return None
+    return notes.retry(edited=True)
+
+
+@bp.post("/s/<name>/turns/<int:turn>/regenerate")
+def regenerate(name: str, turn: int):
+    """Ask the last message again (with the model picked now): a new turn that replaces it in the history."""
+    svc = services()
+    _load(name)
+    with svc.store.lock(name):
+        _refuse_if_busy(svc, name)
+        session = svc.store.load(name)
+        if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
+            abort(409, description="Only the last reply can be regenerated; this one is no longer the last.")
+        return _send_locked(svc, session, session.turns[turn].user_text, notes.retry(edited=False))
+
+
 def _refuse_if_busy(svc, name: str) -> None:
     """A reply streaming or an analysis running: the message is refused, nothing is written."""
     if svc.replies.running(name):
@@ -295,11 +315,17 @@ def _refuse_if_busy(svc, name: str) -> None:
                    "that asked. Wait for it or cancel it, then send again. Your message is still in the box.")
 
 
-def _send_locked(svc, session: Session, text: str):
-    """Under the session's lock: route, budget, then record the turn once and start its reply."""
+def _send_locked(svc, session: Session, text: str, retry_note: str | None = None):
+    """Under the session's lock: route, budget, then record the turn once and start its reply.
+
+    ``retry_note``: the turn asks the last one again; its history leaves that turn out."""
     name = session.name
     model = request.form.get("model") or session_model(session)
     turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
+    # a retry: the history is read as it will be once this turn exists (its note takes the last turn out)
+    past = [*session.turns, fountain.Turn(None, "", notes=[retry_note])] if retry_note else session.turns
+    if retry_note:
+        turn.notes.append(retry_note)
     index = len(session.turns)
     try:
         installed = svc.client.list_models()
@@ -307,7 +333,7 @@ def _send_locked(svc, session: Session, text: str):
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = prepare.prepare(svc, session.turns, rest, model)
+        prepared = prepare.prepare(svc, past, rest, model)
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)

@@ -51,6 +51,19 @@ def declined() -> str:
     return DECLINED
 
 
+RETRY = "retry: this turn replaces the one before it"
+
+
+def retry(edited: bool) -> str:
+    """The last turn asked again (its reply regenerated, or its message edited): both stay in the file,
+    and the history sent to the model keeps only the new one."""
+    return f"{RETRY} ({'message edited' if edited else 'reply regenerated'})"
+
+
+def is_retry(notes: list[str]) -> bool:
+    return any(_body(note).startswith("retry:") for note in notes)
+
+
 def _body(note: str) -> str:
     return note.strip().removeprefix("[[").removesuffix("]]").strip()
 
@@ -99,6 +112,9 @@ def read(notes: list[str]) -> Read:
         elif body.startswith("chunk analysis declined"):
             out.declined = True
             out.notices.append("Chunk analysis declined: nothing was sent to the model.")
+        elif body.startswith("retry:"):
+            out.notices.append("Edited and sent again: this turn replaces the one above." if "edited" in body
+                               else "Regenerated: this reply replaces the one above.")
         elif body.startswith("model switch:"):
             out.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
     return out

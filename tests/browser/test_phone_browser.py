@@ -478,3 +478,40 @@ def test_chat_page_first_load_is_under_150_kb(live, open_page, size, scheme):
     total = sum(size for _, size in sizes)
     assert any(name.endswith("htmx-2.0.11.min.js") and size > 0 for name, size in sizes)   # counted, not cached
     assert total < 150 * 1024, sizes
+
+
+# -- extra: regenerate and edit-and-resend --------------------------------------------------
+
+@pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
+def test_regenerate_and_edit_the_last_turn(live, scripted, open_page, size, scheme):
+    answers = iter(["First answer.", "Second answer.", "Edited answer."])
+    scripted.script = lambda body: Reply(text=next(answers))
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    name = page.url.rsplit("/", 1)[-1]
+    send(page, "What is a Pi?")
+    page.wait_for_selector(".msg.reply:not(.streaming) >> text=First answer.")
+    page.click("article.turn:last-of-type button.regen")
+    page.wait_for_selector(".msg.reply:not(.streaming) >> text=Second answer.")
+    assert "Regenerated" in page.locator("article.turn:last-of-type .notice").text_content()
+    assert not page.locator("article.turn:first-of-type button.regen").is_visible()   # only the last turn
+    sent = [m["content"] for m in scripted.chats()[-1].body["messages"]]
+    assert "First answer." not in sent and sent[-1] == "What is a Pi?"
+    assert_axe_clean(page, "regenerated")
+    page.click("article.turn:last-of-type button.edit-last")
+    assert page.input_value("#message") == "What is a Pi?"
+    assert page.locator("#editing").is_visible()
+    assert page.evaluate("document.activeElement.id") == "message"
+    page.fill("#message", "What is a Raspberry Pi?")
+    page.click("#send")
+    page.wait_for_selector(".msg.reply:not(.streaming) >> text=Edited answer.")
+    assert not page.locator("#editing").is_visible()
+    sent = [m["content"] for m in scripted.chats()[-1].body["messages"]]
+    assert sent[-1] == "What is a Raspberry Pi?"
+    assert not {"First answer.", "Second answer.", "What is a Pi?"} & set(sent)
+    # the session file keeps every attempt, in order
+    turns = live.services.store.load(name).turns
+    assert [t.reply for t in turns] == ["First answer.", "Second answer.", "Edited answer."]
+    shot(page, f"phone16-edited-{tag(size, scheme)}")
+    assert_axe_clean(page, "edited")
+    assert page.errors == []
