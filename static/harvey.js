@@ -37,6 +37,7 @@
   function toBottom() {
     window.scrollTo(0, document.documentElement.scrollHeight);
     atBottom = true;
+    lastY = window.scrollY;
     var p = pill();
     if (p) p.hidden = true;
   }
@@ -46,10 +47,25 @@
     var p = pill();
     if (p && bottomGap() > SLACK) p.hidden = false;
   }
+  // Any move up is the reader's (growing text only adds below); a page that got shorter and
+  // clamped the scroll is still at the bottom. A wheel or finger going up stops following at once,
+  // before a smooth scroll has moved far enough to leave the bottom.
+  var lastY = window.scrollY, touchY = null;
   window.addEventListener("scroll", function () {
-    atBottom = bottomGap() <= SLACK;
+    var y = window.scrollY, gap = bottomGap();
+    if (y < lastY - 1 && gap > 1) atBottom = false;
+    else if (gap <= SLACK) atBottom = true;
+    lastY = y;
     if (atBottom) { var p = pill(); if (p) p.hidden = true; }
   }, { passive: true });
+  window.addEventListener("wheel", function (event) { if (event.deltaY < 0) atBottom = false; }, { passive: true });
+  window.addEventListener("touchstart", function (event) { touchY = event.touches[0].clientY; }, { passive: true });
+  window.addEventListener("touchmove", function (event) {
+    if (touchY !== null && event.touches[0].clientY > touchY + 4) atBottom = false;
+  }, { passive: true });
+  document.addEventListener("keydown", function (event) {
+    if (/^(ArrowUp|PageUp|Home)$/.test(event.key) && !/^(TEXTAREA|INPUT|SELECT)$/.test(event.target.tagName)) atBottom = false;
+  });
   document.addEventListener("htmx:afterSwap", grew);
   document.addEventListener("htmx:sseMessage", grew);
   document.addEventListener("htmx:afterRequest", function (event) {

@@ -179,9 +179,11 @@ def test_streaming_follows_only_at_the_bottom_and_renders_markdown(live, scripte
     # the reader scrolls up: the page stays there, and a "new text" button appears
     wait_until(page, "document.documentElement.scrollHeight > window.innerHeight + 200")
     page.mouse.wheel(0, -100000)
-    wait_until(page, "window.scrollY === 0")
+    wait_until(page, "window.scrollY < 100")
+    high = page.evaluate("document.documentElement.scrollHeight")
     wait_until(page, "!document.getElementById('new-text').hidden")
-    assert page.evaluate("window.scrollY") == 0
+    wait_until(page, f"document.documentElement.scrollHeight > {high} + 200")    # more text arrived below
+    assert page.evaluate("window.scrollY") < 100                                 # and the reader stayed put
     assert page.locator("#new-text").bounding_box()["height"] >= 44
     shot(page, f"phone16-pill-{tag(size, scheme)}")
     assert_axe_clean(page, "new text pill")
@@ -514,4 +516,30 @@ def test_regenerate_and_edit_the_last_turn(live, scripted, open_page, size, sche
     assert [t.reply for t in turns] == ["First answer.", "Second answer.", "Edited answer."]
     shot(page, f"phone16-edited-{tag(size, scheme)}")
     assert_axe_clean(page, "edited")
+    assert page.errors == []
+
+
+# -- extra: file chips and "did you mean" ---------------------------------------------------
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "dark"), (LAPTOP, "light")], ids=["phone-dark", "laptop-light"])
+def test_file_chips_and_did_you_mean(tmp_path, scripted, make_live, open_page, size, scheme):
+    from pathlib import Path
+
+    from conftest import make_config
+
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "notes.md").write_text("# Notes\n\nThe fan is loud at night.\n")
+    live = make_live(config)
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    send(page, "What does notes.md say? And nots.md?")
+    page.wait_for_selector(".msg.reply:not(.streaming)")
+    chip = page.locator("article.turn .chips .chip")
+    assert chip.count() == 1 and re.fullmatch(r"notes\.md · \d+ tokens", chip.text_content())
+    assert "There is no file named nots.md; did you mean notes.md?" in page.locator(".notice").all_text_contents()
+    page.reload()                                              # recorded in the session, not only shown
+    assert page.locator("article.turn .chips .chip").count() == 1
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "file chips")
     assert page.errors == []
