@@ -52,6 +52,7 @@ class TurnView:
     analysis: object = None
     offers: list[str] = field(default_factory=list)
     partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
+    files: list = field(default_factory=list)       # (name, tokens) the message included
     partials_job: object = None
 
 
@@ -63,7 +64,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: li
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply)
     read = notes.read(turn.notes)
-    view.stopped, view.notices, view.offers = read.stopped, read.notices, read.offers
+    view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     if read.error:
         view.error = prepare.error_view(*read.error)
         view.partial_kept = bool(turn.reply)
@@ -337,6 +338,8 @@ def _send_locked(svc, session: Session, text: str, retry_note: str | None = None
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)
+    if prepared.files:
+        turn.notes.append(notes.included([(f.file.name, f.tokens) for f in prepared.files]))
     if prepared.skipped:
         turn.notes.append(notes.offer_chunks(prepared.skipped))
     if prepared.overflow:

@@ -51,6 +51,14 @@ def declined() -> str:
     return DECLINED
 
 
+def included(files: list[tuple[str, int]]) -> str:
+    """The files a message included, with their tokens: the turn's file chips."""
+    return "files: " + ", ".join(f"{name} ({tokens} tokens)" for name, tokens in files)
+
+
+_INCLUDED = re.compile(r"(.+?) \((\d+) tokens\)(?:, |$)")
+
+
 RETRY = "retry: this turn replaces the one before it"
 
 
@@ -88,6 +96,7 @@ class Read:
     offers: list[str] = field(default_factory=list)
     compacted: int | None = None
     declined: bool = False
+    files: list[tuple[str, int]] = field(default_factory=list)   # (name, tokens) a message included
 
 
 def read(notes: list[str]) -> Read:
@@ -112,6 +121,8 @@ def read(notes: list[str]) -> Read:
         elif body.startswith("chunk analysis declined"):
             out.declined = True
             out.notices.append("Chunk analysis declined: nothing was sent to the model.")
+        elif body.startswith("files:"):
+            out.files = [(m.group(1), int(m.group(2))) for m in _INCLUDED.finditer(body.removeprefix("files:").strip())]
         elif body.startswith("retry:"):
             out.notices.append("Edited and sent again: this turn replaces the one above." if "edited" in body
                                else "Regenerated: this reply replaces the one above.")
