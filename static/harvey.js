@@ -343,3 +343,27 @@
     if (form && form.id === "composer" && event.detail.successful) stopEditing();
   });
 })();
+
+// -- Attach (issue 16, files) ---------------------------------------------------------------
+// The Attach button uploads the chosen file into the workspace (htmx posts the form on change);
+// the answer names the file, which is then added to the message so that it is included.
+(function () {
+  "use strict";
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var status = document.getElementById("attach-status");
+    if (!status || !status.dataset.attached) return;
+    var name = status.dataset.attached, box = document.getElementById("message");
+    delete status.dataset.attached;
+    var input = document.getElementById("attach-file");
+    if (input) input.value = "";
+    if (box) {
+      box.value = box.value.replace(/\s*$/, "") + (box.value.trim() ? " " : "") + name + " ";
+      box.focus();
+    }
+    if (window.harveyAnnounce) window.harveyAnnounce(status.textContent.trim());
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail.elt, status = document.getElementById("attach-status");
+    if (form && form.id === "composer" && event.detail.successful && status) status.hidden = true;
+  });
+})();

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from browser.conftest import CHROMIUM, axe_violations, no_horizontal_scroll, shot, wait_until  # noqa: F401
+from browser.conftest import ARTIFACTS, axe_violations, no_horizontal_scroll, wait_until
 from scripted_ollama import Reply
 from test_analysis import big_file_config, map_or_reduce
 
@@ -43,10 +43,10 @@ def open_page(browser):
         context.close()
 
 
-def look(request):
-    """The parametrized (size, scheme) of a test, and a name for its screenshots."""
-    size, scheme = request.param if hasattr(request, "param") else (PHONE, "light")
-    return size, scheme
+def shot(page, name):
+    """A screenshot under tests/artifacts; the caret is left alone (hiding it injects a style the CSP refuses)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), caret="initial")
 
 
 def tag(size, scheme):
@@ -542,4 +542,28 @@ def test_file_chips_and_did_you_mean(tmp_path, scripted, make_live, open_page, s
     assert page.locator("article.turn .chips .chip").count() == 1
     no_horizontal_scroll(page)
     assert_axe_clean(page, "file chips")
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "light"), (LAPTOP, "dark")], ids=["phone-light", "laptop-dark"])
+def test_attach_uploads_into_the_workspace_and_names_the_file(live, scripted, open_page, size, scheme):
+    from pathlib import Path
+
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    attach = page.locator(".attach label")
+    assert attach.bounding_box()["height"] >= 44
+    page.fill("#message", "Summarize")
+    page.set_input_files("#attach-file", files=[{"name": "pi-notes.md", "mimeType": "text/markdown",
+                                                  "buffer": b"# Pi\n\nThe fan is loud.\n"}])
+    page.wait_for_selector("#attach-status >> text=Attached pi-notes.md")
+    assert page.input_value("#message") == "Summarize pi-notes.md "
+    assert (Path(live.config.workspace) / "pi-notes.md").read_bytes() == b"# Pi\n\nThe fan is loud.\n"
+    assert page.evaluate("document.activeElement.id") == "message"
+    no_horizontal_scroll(page)
+    assert_axe_clean(page, "attached")
+    shot(page, f"phone16-attach-{tag(size, scheme)}")
+    page.click("#send")
+    page.wait_for_selector("article.turn .chips >> text=pi-notes.md")
+    assert not page.locator("#attach-status").is_visible()
     assert page.errors == []
