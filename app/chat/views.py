@@ -164,7 +164,7 @@ def _context(session: Session, **extra) -> dict:
     models, _problem = _models()
     model = extra.pop("model", None) or session_model(session, models)
     return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
-            "busy": bool(svc.replies.running(session.name)),
+            "busy": _busy(svc, session.name, bool(svc.replies.running(session.name))),
             "max_message_chars": svc.config.server.max_message_kb * 1024,
             "status": status_for(session, model), **extra}
 
@@ -223,11 +223,18 @@ def rename(name: str):
 
 # -- sending -------------------------------------------------------------------------
 
+def _busy(svc, name: str, replying: bool) -> str:
+    """Why Send is off: "reply" (one is streaming), "analysis" (a chunk analysis runs), or ""."""
+    if replying:
+        return "reply"
+    return "analysis" if svc.jobs is not None and svc.jobs.busy(name) else ""
+
+
 def _fragment(session: Session, view: TurnView, model: str) -> str:
     """The new turn, plus the send button and status line swapped out-of-band."""
     ctx = _context(session, model=model)
     html = render_template("chat/_turn.html", view=view, **ctx)
-    html += render_template("chat/_send_button.html", busy=view.streaming, oob=True)
+    html += render_template("chat/_send_button.html", busy=_busy(services(), session.name, view.streaming), oob=True)
     html += render_template("chat/_status.html", oob=True, **{k: v for k, v in ctx.items() if k != "session"},
                             session=session)
     return html

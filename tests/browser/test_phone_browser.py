@@ -567,3 +567,21 @@ def test_attach_uploads_into_the_workspace_and_names_the_file(live, scripted, op
     page.wait_for_selector("article.turn .chips >> text=pi-notes.md")
     assert not page.locator("#attach-status").is_visible()
     assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "light"), (LAPTOP, "dark")], ids=["phone-light", "laptop-dark"])
+def test_composer_says_an_analysis_is_running(long_job_app, open_page, size, scheme):
+    live, _ = long_job_app
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    send(page, "Summarize the methodology in big.md")
+    page.locator(".card.alert button[type=submit]").click()
+    page.wait_for_selector(".progress-card")
+    assert page.locator("#send").is_disabled() and page.locator("#send").text_content() == "Analysis running…"
+    page.reload()                                         # the page load says so too
+    assert page.locator("#send").text_content() == "Analysis running…"
+    assert_axe_clean(page, "composer during analysis")
+    page.wait_for_selector("text=SYNTHESIZED: the methodology is a three-phase experiment.", timeout=60000)
+    wait_until(page, "!document.getElementById('send').disabled")
+    assert page.locator("#send").text_content() == "Send"
+    assert page.errors == []
