@@ -161,12 +161,15 @@ def _recent(limit: int = 8) -> list[dict]:
 
 def _context(session: Session, **extra) -> dict:
     svc = services()
-    models, _problem = _models()
+    models, problem = _models()
     model = extra.pop("model", None) or session_model(session, models)
+    status = status_for(session, model)
+    if problem and not status["problem"]:
+        status["problem"] = problem          # the model's facts are cached; Ollama being down is not
     return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
             "busy": _busy(svc, session.name, bool(svc.replies.running(session.name))),
             "max_message_chars": svc.config.server.max_message_kb * 1024,
-            "status": status_for(session, model), **extra}
+            "status": status, **extra}
 
 
 @bp.get("/")

@@ -585,3 +585,16 @@ def test_composer_says_an_analysis_is_running(long_job_app, open_page, size, sch
     wait_until(page, "!document.getElementById('send').disabled")
     assert page.locator("#send").text_content() == "Send"
     assert page.errors == []
+
+
+def test_an_ollama_outage_shows_in_the_status_line_on_page_load(live, scripted, open_page):
+    page = open_page(PHONE, "dark")
+    page.goto(live.url + "/")
+    assert page.locator("#status .problem").count() == 0
+    scripted.down = True                              # Ollama answers 503; the model's facts stay cached
+    live.services.client._models = None               # (and the model list's few-second cache is over)
+    page.reload()
+    problem = page.locator("#status summary .problem")
+    assert problem.count() == 1 and problem.text_content().strip(" ·")
+    assert_axe_clean(page, "status with a problem")
+    assert page.errors == []
