@@ -301,6 +301,17 @@
     if (err) err.harveySaid = true;
   });
 
+  // Ctrl+Shift+O (Cmd+Shift+O on a Mac): a new chat, as in other chat apps.
+  document.addEventListener("keydown", function (event) {
+    if (!(event.ctrlKey || event.metaKey) || !event.shiftKey || event.key.toLowerCase() !== "o") return;
+    var form = document.getElementById("new-session");
+    if (form) { event.preventDefault(); form.requestSubmit(); }
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    var box = document.getElementById("message");      // "Ask about it": the draft is ready to finish
+    if (box && box.hasAttribute("autofocus")) { box.focus(); box.setSelectionRange(box.value.length, box.value.length); }
+  });
+
   document.addEventListener("keydown", function (event) {
     if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("details.menu[open]")) return;
     var stop = document.querySelector(".msg.reply.streaming button.stop");

@@ -598,3 +598,31 @@ def test_an_ollama_outage_shows_in_the_status_line_on_page_load(live, scripted, 
     assert problem.count() == 1 and problem.text_content().strip(" ·")
     assert_axe_clean(page, "status with a problem")
     assert page.errors == []
+
+
+@pytest.mark.parametrize("size,scheme", [(PHONE, "light"), (LAPTOP, "dark")], ids=["phone-light", "laptop-dark"])
+def test_ask_about_it_focuses_the_box_and_a_shortcut_starts_a_new_chat(tmp_path, scripted, make_live, open_page,
+                                                                        size, scheme):
+    from pathlib import Path
+
+    from conftest import make_config
+
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "notes.md").write_text("# Notes\n")
+    live = make_live(config)
+    page = open_page(size, scheme)
+    page.goto(live.url + "/")
+    first = page.url
+    page.click("#menu summary")
+    page.click("#menu >> text=Files")
+    page.click("text=Ask about it")
+    page.wait_for_selector("#message")
+    assert page.evaluate("document.activeElement.id") == "message"
+    assert page.input_value("#message") == "About notes.md: "
+    assert page.evaluate("document.activeElement.selectionStart") == len("About notes.md: ")
+    page.keyboard.press("Control+Shift+O")
+    page.wait_for_url(lambda url: "/s/" in url and "draft" not in url and url != first)
+    assert live.services.store.names()[0] == page.url.rsplit("/", 1)[-1] != first.rsplit("/", 1)[-1]
+    assert page.locator("article.turn").count() == 0
+    assert page.errors == []
