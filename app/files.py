@@ -48,13 +48,21 @@ def index():
                            messages=get_flashed_messages(with_categories=True))
 
 
+def _attached(saved=None, error: str = ""):
+    """The chat's Attach button (htmx) gets a status line instead of the file list."""
+    return render_template("files/_attached.html", saved=saved, error=error), 422 if error else 200
+
+
 @bp.post("/upload")
 def upload():
     """Add a file to the workspace (size limited by the config)."""
     svc = services()
     session = _session_arg()
+    from_chat = bool(request.headers.get("HX-Request"))
     upload = request.files.get("file")
     if upload is None or not upload.filename:
+        if from_chat:
+            return _attached(error="Choose a file to attach.")
         flash("Choose a file to upload.", "error")
         return redirect(url_for("files.index", session=session), code=303)
     data = upload.read(svc.config.server.max_upload_mb * 1024 * 1024 + 1)
@@ -67,18 +75,23 @@ def upload():
         saved = workspace.resolve(name)
     except (WorkspaceError, OSError) as exc:
         log.warning("upload refused (%d bytes): %s", len(data), exc.__class__.__name__)
+        if from_chat:
+            return _attached(error=f"The upload was refused: {exc}")
         flash(f"The upload was refused: {exc}", "error")
         return redirect(url_for("files.index", session=session), code=303)
     if not added:
-        flash(f"{name} is already in the workspace with the same content: nothing was added.", "ok")
+        message = f"{name} is already in the workspace with the same content: nothing was added."
     elif name != wanted:
         log.info("uploaded a file of %d bytes to the workspace under a new name (the first was taken)",
                  saved.size)
-        flash(f"A file named {wanted} is already in the workspace, so this upload was saved as {name} "
-              f"({saved.size} bytes). Both are kept.", "ok")
+        message = (f"A file named {wanted} is already in the workspace, so this upload was saved as {name} "
+                   f"({saved.size} bytes). Both are kept.")
     else:
         log.info("uploaded a file of %d bytes to the workspace", saved.size)
-        flash(f"Uploaded {saved.name} ({saved.size} bytes).", "ok")
+        message = f"Uploaded {saved.name} ({saved.size} bytes)."
+    if from_chat:
+        return _attached(saved)            # the chat names the file as saved (its new name, if it got one)
+    flash(message, "ok")
     return redirect(url_for("files.index", session=session), code=303)
 
 

@@ -3,13 +3,61 @@
 markdown-it-py in CommonMark mode with tables and strikethrough, and with raw
 HTML switched off: a ``<script>`` in a reply is shown as text, never run. Its
 link validation refuses ``javascript:`` and ``data:`` URLs.
+
+Tables come wrapped in a focusable region that scrolls sideways (a phone is
+narrower than most tables), and :func:`streaming` renders a reply that is still
+arriving: its complete blocks as Markdown, the unfinished rest as escaped text.
+
+Code blocks are highlighted here, on the server, by Pygments (through
+markdown-it-py's ``highlight`` hook: no JavaScript highlighter is sent to the
+phone), only for a language the fence names (no guessing). Pygments escapes the
+code it tokenizes. Each block is focusable (it may scroll sideways) and has a
+Copy button that static/harvey.js wires up.
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
+
+TABLE_OPEN = '<div class="table-scroll" tabindex="0" role="region" aria-label="Table">\n<table>\n'
+TABLE_CLOSE = "</table>\n</div>\n"
+
+
+CODE_OPEN = ('<div class="code"><button class="button copy" type="button">Copy<span class="visually-hidden"> code</span></button>'
+             '<pre tabindex="0"')
+
+
+def highlight(code: str, lang: str, _attrs: str) -> str:
+    """Pygments' HTML for ``code`` in ``lang`` (spans only), or "" for markdown-it's plain escaping."""
+    if not lang:
+        return ""
+    from pygments import highlight as pygmentize
+    from pygments.lexers import get_lexer_by_name
+    from pygments.util import ClassNotFound
+
+    try:
+        lexer = get_lexer_by_name(lang, stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return ""
+    return pygmentize(code, lexer, _formatter())
+
+
+@lru_cache(maxsize=1)
+def _formatter():
+    from pygments.formatters import HtmlFormatter
+
+    return HtmlFormatter(nowrap=True)
+
+
+def _in_code_box(default):
+    """Wrap a code block rule's ``<pre>`` in a box with a Copy button; the ``<pre>`` is focusable."""
+    def rule(tokens, idx, options, env):
+        html = default(tokens, idx, options, env)
+        return CODE_OPEN + html.removeprefix("<pre") + "</div>\n"
+    return rule
 
 
 @lru_cache(maxsize=1)
@@ -17,10 +65,46 @@ def _renderer():
     """Built on first use, not at import time."""
     from markdown_it import MarkdownIt
 
-    return MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable(
-        ["table", "strikethrough"])
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False,
+                                   "highlight": highlight}).enable(["table", "strikethrough"])
+    md.renderer.rules["table_open"] = lambda tokens, idx, options, env: TABLE_OPEN
+    md.renderer.rules["table_close"] = lambda tokens, idx, options, env: TABLE_CLOSE
+    for name in ("fence", "code_block"):
+        md.renderer.rules[name] = _in_code_box(md.renderer.rules[name])
+    return md
 
 
 def markdown(text: str) -> Markup:
     """Render Markdown; the result is safe to put in a page as it is."""
     return Markup(_renderer().render(text or ""))
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def stable_end(text: str) -> int:
+    """Where the reply's complete blocks end: after the last blank line outside a code
+    fence, or after a closing fence. What follows may still change as pieces arrive."""
+    end, pos, fence = 0, 0, None
+    for line in text.splitlines(keepends=True):
+        pos += len(line)
+        if not line.endswith("\n"):
+            break                               # the line is still arriving
+        found = _FENCE.match(line)
+        if fence is None:
+            if found:
+                fence = found.group(1)
+            elif not line.strip():
+                end = pos
+        elif found and found.group(1)[0] == fence[0] and len(found.group(1)) >= len(fence) \
+                and not line.strip()[len(found.group(1)):].strip():
+            fence, end = None, pos
+    return end
+
+
+def streaming(text: str, tail_id: str) -> Markup:
+    """A reply still arriving: Markdown up to :func:`stable_end`, then the raw rest, escaped,
+    in the element (id ``tail_id``) that later pieces are appended to."""
+    end = stable_end(text)
+    return Markup('<div class="markdown">{}</div><div class="plain tail" id="{}">{}</div>').format(
+        markdown(text[:end]), tail_id, escape(text[end:]))

@@ -7,6 +7,7 @@ relative path or by a file name that is unique in the workspace.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -102,6 +103,9 @@ class Workspace:
                                     + ", ".join(m.name for m in matches[:5]))
                     continue
                 if not matches:
+                    close = difflib.get_close_matches(word, list(by_name), n=1, cutoff=0.75)
+                    if close:                      # a misspelt name is said, not ignored (issue 16)
+                        problems.append(f"There is no file named {word}; did you mean {close[0]}?")
                     continue
                 match = matches[0]
             if match not in found:

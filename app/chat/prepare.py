@@ -109,12 +109,17 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
     history: ``[/read-chunks FILE — N chunk(s)]`` and the synthesis.
     """
     history: list[list[dict]] = []
+    added = False                       # did the turn before add an entry (a retry takes it back)?
     for turn in turns:
         replaced = compacted_turns(turn)
         if replaced is not None:
             history = [[{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
                         {"role": "assistant", "content": "Noted."}], *history[replaced:]]
+            added = False
             continue
+        if added and notes.is_retry(turn.notes):
+            history.pop()               # regenerated or edited: the model sees only the new attempt
+        added = False
         if turn.reply is None:
             continue
         if turn.user_text:
@@ -128,6 +133,7 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
             continue
         history.append([{"role": "user", "content": prompt},
                         {"role": "assistant", "content": assistant_text(turn)}])
+        added = True
     return history
 
 

@@ -8,6 +8,7 @@ follows the same reply instead of asking again.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from flask import (Blueprint, Response, abort, redirect, render_template, request,
@@ -18,9 +19,9 @@ from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
 from ..ollama import OllamaError
-from ..render import markdown
+from ..render import markdown, stable_end, streaming
 from ..services import services
-from ..sessions import fountain, notes
+from ..sessions import fountain, names, notes
 from ..sessions.store import Session, SessionNotFound
 from . import prepare
 from .prepare import TurnRefused
@@ -51,17 +52,20 @@ class TurnView:
     analysis: object = None
     offers: list[str] = field(default_factory=list)
     interrupted: str = ""       # why the reply was cut off (shutdown or crash): show what was saved + Re-send
+    partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
+    files: list = field(default_factory=list)       # (name, tokens) the message included
+    partials_job: object = None
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
     """Read a recorded turn's notes back into what the page shows."""
     model_name = prepare.match_model(turn.model, list(installed)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
-                    stats=turn.stats or "", harvey_text=turn.harvey or "", analysis=turn.analysis)
+                    stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis)
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply)
     read = notes.read(turn.notes)
-    view.stopped, view.notices, view.offers = read.stopped, read.notices, read.offers
+    view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     if read.error:
         view.error = prepare.error_view(*read.error)
         view.partial_kept = bool(turn.reply)
@@ -85,6 +89,12 @@ def _never_finished(turn: fountain.Turn, read: notes.Read) -> bool:
         return turn.when < services().replies.started_at
     except (TypeError, RuntimeError):      # an aware timestamp from an import; no app context
         return False
+_ALERT_PROMPT = re.compile(r"\s*Enter instructions to process each chunk.*\Z", re.S)
+
+
+def answered_alert(harvey: str) -> str:
+    """HARVEY's overflow alert without its question: shown only once the card is answered."""
+    return _ALERT_PROMPT.sub("", harvey)
 
 
 PAGE_TURNS = 40          # turns the page shows at first; older ones load on demand
@@ -107,6 +117,9 @@ def _views(session: Session, default_model: str, start: int = 0, stop: int | Non
         view = by_index.get(job.turn)
         if view is not None and job.state not in SETTLED:
             view.alert, view.harvey_text = job, ""
+        elif view is not None and view.analysis is not None and job.results:
+            view.partials_job = job          # the partial answers stay openable after the job
+            view.partials = [r for _, r in sorted(job.results.items()) if r.index < job.total]
     return views
 
 
@@ -179,12 +192,15 @@ def _recent(limit: int = 8) -> list[dict]:
 
 def _context(session: Session, **extra) -> dict:
     svc = services()
-    models, _problem = _models()
+    models, problem = _models()
     model = extra.pop("model", None) or session_model(session, models)
+    status = status_for(session, model)
+    if problem and not status["problem"]:
+        status["problem"] = problem          # the model's facts are cached; Ollama being down is not
     return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
-            "busy": bool(svc.replies.running(session.name)),
+            "busy": _busy(svc, session.name, bool(svc.replies.running(session.name))),
             "max_message_chars": svc.config.server.max_message_kb * 1024,
-            "status": status_for(session, model), **extra}
+            "status": status, **extra}
 
 
 @bp.get("/")
@@ -228,6 +244,14 @@ def earlier(name: str):
                            session=session, user_cue=services().config.user_name.upper())
 
 
+def _title_from_first(svc, session: Session, text: str) -> Session:
+    """A new session is named after its first message (no model call), unless renamed already."""
+    if session.turns or session.title != names.DEFAULT_TITLE:
+        return session
+    title = names.title_from_message(text)
+    return svc.store.rename(session.name, title) if title else session
+
+
 @bp.post("/s/<name>/title")
 def rename(name: str):
     _load(name)
@@ -237,11 +261,18 @@ def rename(name: str):
 
 # -- sending -------------------------------------------------------------------------
 
+def _busy(svc, name: str, replying: bool) -> str:
+    """Why Send is off: "reply" (one is streaming), "analysis" (a chunk analysis runs), or ""."""
+    if replying:
+        return "reply"
+    return "analysis" if svc.jobs is not None and svc.jobs.busy(name) else ""
+
+
 def _fragment(session: Session, view: TurnView, model: str) -> str:
     """The new turn, plus the send button and status line swapped out-of-band."""
     ctx = _context(session, model=model)
     html = render_template("chat/_turn.html", view=view, **ctx)
-    html += render_template("chat/_send_button.html", busy=view.streaming, oob=True)
+    html += render_template("chat/_send_button.html", busy=_busy(services(), session.name, view.streaming), oob=True)
     html += render_template("chat/_status.html", oob=True, **{k: v for k, v in ctx.items() if k != "session"},
                             session=session)
     return html
@@ -264,7 +295,8 @@ def send(name: str):
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     with svc.store.lock(name):
         _refuse_if_busy(svc, name)
-        session = svc.store.load(name)
+        untitled = svc.store.load(name)
+        session = _title_from_first(svc, untitled, text)
         pending = svc.jobs.open_for(name)
         if pending and pending.state == "proposed":
             svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
@@ -272,7 +304,53 @@ def send(name: str):
                 return Response(turn_fragment(name, pending.turn),
                                 headers={"HX-Retarget": f"#turn-{pending.turn}", "HX-Reswap": "outerHTML"})
             session = svc.store.load(name)
-        return _send_locked(svc, session, text)
+        html = _send_locked(svc, session, text, _edit_of(session, request.form.get("retry_of", type=int)))
+    if session.title != untitled.title:             # named by its first message: the header shows it
+        html += render_template("chat/_title.html", session=session, oob=True)
+    return html
+
+
+@bp.post("/s/<name>/turns/<int:turn>/resend")
+def resend(name: str, turn: int):
+    """Re-send a failed or interrupted message: that turn (the last one) is replaced by the new attempt.
+
+    The answer swaps that turn out; when it is no longer the last turn, or did not fail, the
+    message is sent as a new turn instead (nothing is rewritten in the middle of a session).
+    """
+    svc = services()
+    _load(name)
+    with svc.store.lock(name):
+        _refuse_if_busy(svc, name)
+        session = svc.store.load(name)
+        failed = session.turns[turn] if 0 <= turn < len(session.turns) else None
+        read = notes.read(failed.notes) if failed is not None else None
+        unanswered = failed is not None and (read.error or read.interrupted or failed.reply is None)
+        if failed is None or turn != len(session.turns) - 1 or not unanswered or failed.harvey:
+            return send(name)
+        svc.store.drop_last_turn(name, turn, expect=failed.user_text)
+        session = svc.store.load(name)
+        html = _send_locked(svc, session, failed.user_text)
+    return Response(html, headers={"HX-Retarget": f"#turn-{turn}", "HX-Reswap": "outerHTML"})
+
+
+def _edit_of(session: Session, index: int | None) -> str | None:
+    """The retry note when the message edits the last turn (the Edit button), else None."""
+    if index is None or index != len(session.turns) - 1 or not session.turns[index].user_text:
+        return None
+    return notes.retry(edited=True)
+
+
+@bp.post("/s/<name>/turns/<int:turn>/regenerate")
+def regenerate(name: str, turn: int):
+    """Ask the last message again (with the model picked now): a new turn that replaces it in the history."""
+    svc = services()
+    _load(name)
+    with svc.store.lock(name):
+        _refuse_if_busy(svc, name)
+        session = svc.store.load(name)
+        if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
+            abort(409, description="Only the last reply can be regenerated; this one is no longer the last.")
+        return _send_locked(svc, session, session.turns[turn].user_text, notes.retry(edited=False))
 
 
 def _refuse_if_busy(svc, name: str) -> None:
@@ -285,11 +363,17 @@ def _refuse_if_busy(svc, name: str) -> None:
                    "that asked. Wait for it or cancel it, then send again. Your message is still in the box.")
 
 
-def _send_locked(svc, session: Session, text: str):
-    """Under the session's lock: route, budget, then record the turn once and start its reply."""
+def _send_locked(svc, session: Session, text: str, retry_note: str | None = None):
+    """Under the session's lock: route, budget, then record the turn once and start its reply.
+
+    ``retry_note``: the turn asks the last one again; its history leaves that turn out."""
     name = session.name
     model = request.form.get("model") or session_model(session)
     turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
+    # a retry: the history is read as it will be once this turn exists (its note takes the last turn out)
+    past = [*session.turns, fountain.Turn(None, "", notes=[retry_note])] if retry_note else session.turns
+    if retry_note:
+        turn.notes.append(retry_note)
     index = len(session.turns)
     try:
         installed = svc.client.list_models()
@@ -297,10 +381,12 @@ def _send_locked(svc, session: Session, text: str):
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = prepare.prepare(svc, session.turns, rest, model)
+        prepared = prepare.prepare(svc, past, rest, model)
     except (OllamaError, TurnRefused) as exc:
         return _refused(name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)
+    if prepared.files:
+        turn.notes.append(notes.included([(f.file.name, f.tokens) for f in prepared.files]))
     if prepared.skipped:
         turn.notes.append(notes.offer_chunks(prepared.skipped))
     if prepared.overflow:
@@ -335,8 +421,15 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
         return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window,
                                options={"num_predict": room})
 
+    rendered_to = [0]
+
     def on_piece(gen, piece):
         gen.events.append("piece", str(escape(piece)))
+        if "\n" in piece:                  # Markdown as it streams: at each block that completes
+            text = gen.text
+            if (end := stable_end(text)) > rendered_to[0]:
+                rendered_to[0] = end
+                gen.events.append("rendered", str(streaming(text, f"reply-text-{index}")))
 
     def on_finish(gen):
         if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send

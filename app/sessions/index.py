@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import fountain
-from .names import SUFFIX, valid_name
+from .names import SUFFIX, distinct_models, valid_name
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
     """Parse one file into its list entry (called only when the file changed)."""
     play = fountain.loads(path.read_bytes().decode("utf-8", errors="replace"))
     turns = fountain.turns(play)
-    models = list(dict.fromkeys(t.model for t in turns if t.model))
+    models = distinct_models([t.model for t in turns if t.model])
     if not models and play.title_page.get("Model"):
         models = [play.title_page["Model"]]
     page = play.title_page

@@ -51,6 +51,27 @@ def declined() -> str:
     return DECLINED
 
 
+def included(files: list[tuple[str, int]]) -> str:
+    """The files a message included, with their tokens: the turn's file chips."""
+    return "files: " + ", ".join(f"{name} ({tokens} tokens)" for name, tokens in files)
+
+
+_INCLUDED = re.compile(r"(.+?) \((\d+) tokens\)(?:, |$)")
+
+
+RETRY = "retry: this turn replaces the one before it"
+
+
+def retry(edited: bool) -> str:
+    """The last turn asked again (its reply regenerated, or its message edited): both stay in the file,
+    and the history sent to the model keeps only the new one."""
+    return f"{RETRY} ({'message edited' if edited else 'reply regenerated'})"
+
+
+def is_retry(notes: list[str]) -> bool:
+    return any(_body(note).startswith("retry:") for note in notes)
+
+
 def _body(note: str) -> str:
     return note.strip().removeprefix("[[").removesuffix("]]").strip()
 
@@ -75,6 +96,7 @@ class Read:
     offers: list[str] = field(default_factory=list)
     compacted: int | None = None
     declined: bool = False
+    files: list[tuple[str, int]] = field(default_factory=list)   # (name, tokens) a message included
 
 
 def read(notes: list[str]) -> Read:
@@ -99,6 +121,11 @@ def read(notes: list[str]) -> Read:
         elif body.startswith("chunk analysis declined"):
             out.declined = True
             out.notices.append("Chunk analysis declined: nothing was sent to the model.")
+        elif body.startswith("files:"):
+            out.files = [(m.group(1), int(m.group(2))) for m in _INCLUDED.finditer(body.removeprefix("files:").strip())]
+        elif body.startswith("retry:"):
+            out.notices.append("Edited and sent again: this turn replaces the one above." if "edited" in body
+                               else "Regenerated: this reply replaces the one above.")
         elif body.startswith("model switch:"):
             out.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
     return out

@@ -203,6 +203,15 @@ class SessionStore:
             change(turn)
             return self.replace_turn(name, index, turn, expect), turn
 
+    def drop_last_turn(self, name: str, index: int, expect: str | None) -> Session:
+        """Remove turn ``index``, which must be the last one (a failed turn that is sent again)."""
+        with self.lock(name):
+            session = self.load(name)
+            if index != len(session.turns) - 1:
+                raise TurnMoved(f"Turn {index + 1} is no longer the last turn of this session. Reload the page.")
+            first, last = self._span(session, index, expect)
+            return self._splice(session, first, last + 1, [], None)
+
     def append_scene(self, name: str, scene: fountain.Scene) -> Session:
         """Add a scene that is not a chat turn (an imported or terminal-Harvey scene) at the end."""
         with self.lock(name):

@@ -21,7 +21,7 @@ def test_send_watch_it_grow_and_see_markdown(live, scripted, page_for):
     wait_until(page, "document.querySelector('.msg.reply.streaming .text')?.textContent.length > 5")
     partial = streaming.text_content()
     assert page.locator("#send").is_disabled()
-    page.wait_for_selector(".markdown strong")
+    page.wait_for_selector(".msg.reply:not(.streaming) .markdown strong")   # Markdown also shows while streaming
     assert len(partial) < len(scripted.script.text)
     assert page.locator(".markdown strong").text_content() == "bold"
     assert page.locator(".markdown li").count() == 2 and page.locator(".markdown pre code").count() == 1

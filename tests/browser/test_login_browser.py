@@ -36,6 +36,7 @@ def test_login_wrong_then_right_then_sign_out(tmp_path, scripted, make_live, pag
     page.fill("#message", "hello after login")
     page.press("#message", "Enter")
     page.wait_for_selector(".markdown >> text=You said: hello after login")
+    page.click("#menu summary")          # Sign out is in the header menu (issue 16, point 5)
     page.click("text=Sign out")
     page.wait_for_selector("input[type=password]")
     page.goto(live.url + "/")
