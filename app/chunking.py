@@ -60,6 +60,8 @@ chunk number.
 """
 from __future__ import annotations
 
+import bisect
+import collections
 import hashlib
 import json
 import math
@@ -79,10 +81,12 @@ __all__ = [
 ]
 
 CHUNKER_NAME = "harvey-web.chunking"
-CHUNKER_VERSION = 2      # bump when the same input would give other chunks
-TABLE_RULES = 1          # bump when table rendering / grouping rules change
+CHUNKER_VERSION = 3      # bump when the same input would give other chunks
+TABLE_RULES = 2          # bump when table rendering / grouping rules change
 KINDS = ("prose", "markdown", "html", "source")
 OVERLAP_MODES = ("paragraph", "sentence", "none")
+PURPOSES = ("analysis", "retrieval")
+ANALYSIS_FILL = 0.75     # seed 000: recombine until a chunk is about 75% full
 OVERLAP_SHARE = 15       # overlap is at most budget // 15 (keeps a whole run under 1.15x the document)
 HEADING_SHARE = 8        # a carried heading is at most budget // 8
 MIN_BUDGET_BYTES = 16    # below this not even a short word fits
@@ -142,13 +146,29 @@ def estimate_tokens(text: str, bytes_per_token: float = 4.0) -> int:
 
 @dataclass(frozen=True)
 class ChunkSettings:
-    """How to chunk.  Part of every fingerprint, so changing it changes ids."""
+    """How to chunk.  Part of every fingerprint, so changing it changes ids.
+
+    ``purpose`` chooses between the two packing designs:
+
+    * ``"analysis"`` (default; seed 000, issue 14): every chunk is one model call, so
+      chunks fill the room.  A heading ends the open chunk only once it holds ``fill``
+      of the room (default 0.75, seed 000's "about 75%"); otherwise the section carries
+      on in the same chunk, its heading line inside the text, and ``Chunk.sections``
+      lists the heading path of every section the chunk holds (``chunk_label``).
+      Tables may share a chunk with text; a table that does not fit is cut between
+      rows, every part repeating the header.
+    * ``"retrieval"`` (seed 002): section-first.  A heading ends the open chunk once it
+      holds ``min_tokens`` (default a quarter of the size); tables are chunks of their
+      own.
+    """
 
     size_tokens: int = 1500
     min_tokens: int | None = None
     overlap: str = "paragraph"
     bytes_per_token: float = 4.0
     carry_heading: bool = True
+    purpose: str = "analysis"
+    fill: float | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that could not keep the size invariant."""
@@ -159,6 +179,11 @@ class ChunkSettings:
             raise ValueError("bytes_per_token must be a positive number")
         if self.overlap not in OVERLAP_MODES:
             raise ValueError(f"overlap must be one of {OVERLAP_MODES}")
+        if self.purpose not in PURPOSES:
+            raise ValueError(f"purpose must be one of {PURPOSES}")
+        if self.fill is not None and not (isinstance(self.fill, (int, float))
+                                          and 0 <= self.fill <= 1):
+            raise ValueError("fill must be a number in [0, 1]")
         if self.min_tokens is not None and not 0 <= self.min_tokens <= self.size_tokens:
             raise ValueError("min_tokens must be between 0 and size_tokens")
         if self.size_tokens < 1 or self.max_bytes < MIN_BUDGET_BYTES:
@@ -169,6 +194,19 @@ class ChunkSettings:
     def min_size(self) -> int:
         """Effective min_tokens: seed 002 defaults it to a quarter of the size."""
         return self.size_tokens // 4 if self.min_tokens is None else self.min_tokens
+
+    @property
+    def fill_share(self) -> float:
+        """Share of the room a chunk must hold before a heading may end it.
+
+        Analysis: ``fill`` (default ``ANALYSIS_FILL``).  Retrieval: ``fill`` if given,
+        else ``min_size / size_tokens`` (seed 002's rule, counted on the chunk's own text).
+        """
+        if self.fill is not None:
+            return float(self.fill)
+        if self.purpose == "analysis":
+            return ANALYSIS_FILL
+        return self.min_size / self.size_tokens
 
     @property
     def max_bytes(self) -> int:
@@ -193,6 +231,7 @@ class ChunkSettings:
             "min_tokens": self.min_size, "overlap": self.overlap,
             "bytes_per_token": repr(float(self.bytes_per_token)),
             "carry_heading": bool(self.carry_heading),
+            "purpose": self.purpose, "fill": repr(self.fill_share),
         }, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -232,6 +271,9 @@ class Chunk:
     tokens: int
     id: str
     fingerprint: str       # settings fingerprint (chunker + version + settings)
+    # heading path of every section whose text the chunk holds, in order (the first is
+    # ``heading_path``; an empty path is text before the first heading)
+    sections: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,6 +286,7 @@ class ChunkPlan:
     tokens: int
     size_tokens: int
     largest_tokens: int
+    chunk_tokens: tuple[int, ...] = ()     # estimated tokens of each chunk's text
 
     @property
     def summary(self) -> str:
@@ -263,6 +306,7 @@ class _Span(NamedTuple):
     heading_path: tuple[str, ...]
     kind: str
     nbytes: int
+    sections: tuple[tuple[str, ...], ...]
 
 
 # ---------------------------------------------------------------- regexes
@@ -296,9 +340,19 @@ _SRC_ARROW = (r"(?:const|let|var)[ \t]+[\w$]+[ \t]*(?::[^=\n]*)?=[ \t]*(?:async[
 _SRC_CLIKE = (r"(?!(?:return|else|if|for|while|switch|case|do|goto|throw|new|delete|"
               r"await|yield|sizeof|typeof|echo|print|not|and|or|in|is)\b)"
               r"(?:[\w:<>,\[\]*&~]++[ \t*&]++)++[\w:~]++[ \t]*\(")
+_SRC_SIGNATURE = r"(?:" + _SRC_KW + "|" + _SRC_ARROW + "|" + _SRC_CLIKE + r")"
+# A unit starts at a *top-level* signature: a blank line, comment/decorator lines, then a
+# signature at column 0.  Nested definitions (methods, inner functions) do not start units,
+# so a small top-level definition is one unit and is never split; a top-level definition
+# larger than a chunk is cut preferably before a nested one (_CUT_SIG).
 _SRC_BOUNDARY = re.compile(          # one blank line per try: linear on long blank runs
-    r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"[ \t]*+" + _SRC_MODS
-    + r"(?:" + _SRC_KW + "|" + _SRC_ARROW + "|" + _SRC_CLIKE + r"))", re.M)
+    r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"(?:typedef[ \t]+)?" + _SRC_MODS + _SRC_SIGNATURE + ")",
+    re.M)
+_SRC_NESTED = r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"[ \t]*+" + _SRC_MODS + _SRC_SIGNATURE + ")"
+# String and comment openers, to find triple-quoted strings and block comments: their
+# lines never start a unit (a "def" line in a docstring is text, not a definition).
+_SRC_QUOTED = re.compile("\"\"\"|'''|\"|'|#|//|/\\*")
+_SRC_LINE_STR = {q: re.compile(q + r"(?:[^" + q + r"\\\n]|\\.)*+" + q) for q in "\"'"}
 
 
 def _last(pattern: str) -> re.Pattern:
@@ -311,19 +365,26 @@ def _last(pattern: str) -> re.Pattern:
 
 
 _CUT_PARA = _last(r"\n[ \t]*\n\s*")
+_CUT_SENT_EOL = _last(r"[.!?\u2026][\"'\u201d\u2019)\]]*[ \t]*\n")
 _CUT_ITEM = _last(r"\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])")
 _CUT_SENT = _last(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _CUT_LINE = _last(r"\n")
 _CUT_CLAUSE = _last(r"[,;:][\"'\u201d\u2019)\]]*\s+|\s[-\u2013\u2014]{1,2}\s+")
 _CUT_WORD = _last(r"\s+")
+_CUT_SIG = _last(_SRC_NESTED)
 _FWD_SENT = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _FWD_PARA = re.compile(r"\n[ \t]*\n\s*")
 _LAST_TR = re.compile(r"(?s:.*)(?=<tr[\s>])", re.I)
 
-_TEXT_LEVELS = (_CUT_PARA, _CUT_SENT, _CUT_LINE, _CUT_CLAUSE, _CUT_WORD)
+_TEXT_LEVELS = (_CUT_PARA, _CUT_SENT_EOL, _CUT_LINE, _CUT_SENT, _CUT_CLAUSE, _CUT_WORD)
 _LIST_LEVELS = (_CUT_ITEM,) + _TEXT_LEVELS
 _CODE_LEVELS = (_CUT_PARA, _CUT_LINE, _CUT_WORD)
+_SRC_LEVELS = (_CUT_SIG,) + _CODE_LEVELS
 _WORD_LEVELS = (_CUT_WORD,)
+# Levels that cut inside a line: used only where the line itself is larger than a chunk.
+_MIDLINE = frozenset({_CUT_SENT, _CUT_CLAUSE, _CUT_WORD})
+# Levels that keep whole lines, for filling the rest of an analysis chunk with part of a unit.
+_FILL_LEVELS = (_CUT_PARA, _CUT_ITEM, _CUT_SENT_EOL, _CUT_LINE)
 
 
 # ---------------------------------------------------------------- kinds
@@ -756,11 +817,58 @@ def _text_units(t: str, markdown: bool) -> Iterator[tuple]:
         yield from _region_units(t, pos, len(t), markdown)
 
 
+def _quoted_regions(t: str) -> list[tuple[int, int]]:
+    """[start, end) of multi-line triple-quoted strings and block comments in source.
+
+    One pass over string and comment openers (not over characters): ``#`` and ``//``
+    comments and one-line strings are skipped, so a quote inside them opens nothing.
+    An unclosed triple quote runs to the end of the text; an unclosed ``/*`` is ignored.
+    """
+    if '"""' not in t and "'''" not in t and "/*" not in t:
+        return []
+    out: list[tuple[int, int]] = []
+    n, pos = len(t), 0
+    comments = "/*" in t
+    while True:
+        m = _SRC_QUOTED.search(t, pos)
+        if m is None:
+            return out
+        tok, s = m.group(), m.start()
+        if len(tok) == 3:
+            e = t.find(tok, m.end())
+            e = n if e < 0 else e + 3
+            if t.find("\n", s, e) >= 0:
+                out.append((s, e))
+            pos = e
+        elif tok in ("#", "//"):
+            e = t.find("\n", m.end())
+            pos = n if e < 0 else e + 1
+        elif tok == "/*":
+            e = t.find("*/", m.end()) if comments else -1
+            if e < 0:
+                comments = False        # no close anywhere later: not a comment
+                pos = m.end()
+                continue
+            if t.find("\n", s, e) >= 0:
+                out.append((s, e + 2))
+            pos = e + 2
+        else:
+            sm = _SRC_LINE_STR[tok].match(t, s)
+            pos = sm.end() if sm is not None else m.end()
+
+
 def _source_units(t: str) -> Iterator[tuple]:
-    """Unit starts for source: a blank line followed by a signature (seed 000)."""
+    """Unit starts for source: a blank line followed by a top-level signature (seed 000),
+    never inside a triple-quoted string or a block comment."""
     yield (0, _B, None)
+    regions = _quoted_regions(t)
+    starts = [r[0] for r in regions]
     for m in _SRC_BOUNDARY.finditer(t):
-        yield (m.end(), _B, None)
+        p = m.end()
+        i = bisect.bisect_right(starts, p) - 1
+        if i >= 0 and regions[i][0] < p < regions[i][1]:
+            continue
+        yield (p, _B, None)
 
 
 def _units(doc_text: str, kind: str) -> Iterator[tuple]:
@@ -772,6 +880,29 @@ def _units(doc_text: str, kind: str) -> Iterator[tuple]:
 
 
 # ---------------------------------------------------------------- packing
+
+class _Peek:
+    """An iterator with look-ahead (a deque holds what was peeked, at most a chunk's units)."""
+
+    def __init__(self, it: Iterable[tuple]) -> None:
+        self.it = iter(it)
+        self.buf: collections.deque = collections.deque()
+
+    def __iter__(self) -> "_Peek":
+        return self
+
+    def __next__(self) -> tuple:
+        return self.buf.popleft() if self.buf else next(self.it)
+
+    def peek(self, i: int) -> tuple | None:
+        """The unit i places ahead (0: the next one), or None past the end."""
+        while len(self.buf) <= i:
+            try:
+                self.buf.append(next(self.it))
+            except StopIteration:
+                return None
+        return self.buf[i]
+
 
 class _Packer:
     """Greedy packer over tiled units; keeps byte counts so sizes are exact."""
@@ -786,8 +917,12 @@ class _Packer:
         self.overlap = settings.overlap
         self.carry = settings.carry_heading
         self.code_doc = code_doc
+        self.analysis = settings.purpose == "analysis"
+        self.fill_bytes = math.ceil(settings.fill_share * self.budget)
+        self.explicit_fill = settings.fill is not None
         self.spans: list[_Span] = []
         self.headings: list[tuple[int, str, int, int]] = []
+        self.hgen = 0                    # bumped on every heading: a new section began
         self.open = False
         self.prev: tuple | None = None   # body_start, end, last, kind, last_code
         self._reset(0, 0, "", 0, False)
@@ -834,15 +969,22 @@ class _Packer:
         self.c_start, self.c_body, self.c_end = start, body, body
         self.c_prefix, self.c_fixed, self.c_own = prefix, fixed, 0
         self.c_table, self.c_code = table, True
-        self.c_last, self.c_last_code = body, False
+        self.c_last, self.c_last_code, self.c_last_table = body, False, False
         self.c_path = tuple(h[1] for h in self.headings)
+        self.c_sections = [self.c_path]
+        self.c_hgen = self.hgen
 
     def _append(self, a: int, b: int, nbytes: int, code: bool, last: int) -> None:
-        """Add t[a:b] to the open chunk's own part."""
+        """Add t[a:b] to the open chunk's own part (and note a section it enters)."""
         self.c_end = b
         self.c_own += nbytes
         self.c_code = self.c_code and code
-        self.c_last, self.c_last_code = last, code
+        self.c_last, self.c_last_code, self.c_last_table = last, code, False
+        if self.c_hgen != self.hgen:
+            self.c_hgen = self.hgen
+            path = tuple(h[1] for h in self.headings)
+            if path != self.c_sections[-1]:
+                self.c_sections.append(path)
 
     def _close(self) -> None:
         """Emit the open chunk as a span and remember it for the next overlap."""
@@ -853,8 +995,11 @@ class _Packer:
             return
         kind = "table" if self.c_table else ("code" if self.c_code or self.code_doc else "text")
         self.spans.append(_Span(self.c_start, self.c_body, self.c_end, self.c_prefix,
-                                self.c_path, kind, self.c_fixed + self.c_own))
-        self.prev = (self.c_body, self.c_end, self.c_last, kind, self.c_last_code)
+                                self.c_path, kind, self.c_fixed + self.c_own,
+                                tuple(self.c_sections)))
+        # no overlap is carried out of a table (seed 002): a table row would start the text
+        self.prev = (self.c_body, self.c_end, self.c_last,
+                     "table" if self.c_last_table else kind, self.c_last_code)
 
     def _heading_prefix(self, ov: int) -> str:
         """The section's heading line, if the chunk starts after it (carried heading)."""
@@ -863,6 +1008,7 @@ class _Packer:
         _, _, hs, he = self.headings[-1]
         if hs >= ov:
             return ""
+        hs = _BLANKLINES.match(self.t, hs, he).end()   # a first unit owns leading blank lines
         prefix = self.t[hs:he] + "\n\n"
         return prefix if _utf8_len(prefix) <= self.budget // HEADING_SHARE else ""
 
@@ -944,9 +1090,12 @@ class _Packer:
         lim = self.within(a, e, room)
         if lim <= a:
             return None
+        long_line = self._long_line(lim, e)
         quarter = a + (lim - a) // 4
         best = None
         for level in levels:
+            if level in _MIDLINE and not long_line:
+                continue                  # never inside a line that fits a chunk
             m = level.match(self.t, a, lim)
             if m is not None and m.end() > a:
                 if m.end() >= quarter:
@@ -954,6 +1103,18 @@ class _Packer:
                 if best is None or m.end() > best:
                     best = m.end()
         return best
+
+    def _long_line(self, p: int, e: int) -> bool:
+        """True if the line holding offset p is larger than a chunk (so it must be cut
+        inside).  Looks at most a chunk's length either way."""
+        t, w = self.t, self.budget + 1
+        lo = t.rfind("\n", max(0, p - w), p)
+        if lo < 0 and p - w > 0:
+            return True
+        hi = t.find("\n", p, min(e, p + w))
+        if hi < 0 and p + w < e:
+            return True
+        return self.nb(lo + 1, e if hi < 0 else hi) > self.budget
 
     def _content_end(self, s: int, e: int) -> int:
         """End of t[s:e] without trailing whitespace (looks only at the tail)."""
@@ -995,15 +1156,44 @@ class _Packer:
             self._open(cut, rest - ws, False)
             a = cut
 
+    def _fill_cut(self, us: int, e: int) -> int | None:
+        """Analysis: where to cut a paragraph or list that fits a chunk but not the rest of
+        the open one, to fill it first; at a line end after the unit's first line, or None."""
+        if not self.open or self.c_fixed + self.c_own >= self.fill_bytes:
+            return None
+        lim = self.within(self.c_end, e, self.budget - self.c_fixed - self.c_own)
+        first = self.t.find("\n", us, lim)
+        if first < 0:
+            return None
+        best = None
+        for level in _FILL_LEVELS:
+            m = level.match(self.t, first, lim)
+            if m is not None and m.end() > first and (best is None or m.end() > best):
+                best = m.end()
+        return best if best is not None and best < e else None
+
     def _place(self, s: int, us: int, e: int, typ: str) -> None:
         """Place a text/code unit (with pending headings from s) into chunks."""
         code = typ in (_C, _B) and s == us
         n = self.nb(s, e)
+        if self.open and self.analysis and self.c_own:
+            self.c_table = False                  # text joins a chunk that held a table
         if self.open and self.c_fixed + self.c_own + n <= self.budget:
             self._append(s, e, n, code, us)
             return
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         nc = n - ws                               # what must stay whole if it fits
+        if self.analysis and typ in (_P, _L) and n <= self.budget:
+            cut = self._fill_cut(us, e)
+            if cut is not None:                   # fill the open chunk with the unit's first lines
+                piece = self.nb(s, cut)
+                self._append(s, cut, piece, False, us)
+                self._close()
+                rest = n - piece
+                self._open(cut, rest, False)
+                self._split(cut, e, _LIST_LEVELS if typ == _L else _TEXT_LEVELS, False, rest,
+                            self.nb(self._content_end(cut, e), e))
+                return
         if s < us and nc > self.budget:
             nh = self.nb(s, us)
             if nc - nh <= self.budget:            # headings and unit cannot share a chunk
@@ -1014,8 +1204,8 @@ class _Packer:
                 self._close()
                 self._place(us, us, e, typ)
                 return
-        levels = _CODE_LEVELS if typ in (_C, _B) else (
-            _LIST_LEVELS if typ == _L else _TEXT_LEVELS)
+        levels = (_SRC_LEVELS if typ == _B else _CODE_LEVELS if typ == _C
+                  else _LIST_LEVELS if typ == _L else _TEXT_LEVELS)
         if (nc > self.budget and self.open
                 and self.budget - self.c_fixed - self.c_own >= self.budget // 4):
             self._split(s, e, levels, code, n, ws)     # too big anyway: fill this chunk
@@ -1053,7 +1243,7 @@ class _Packer:
     def _table_cut(self, a: int, e: int, room: int, lo: int, html: bool) -> int | None:
         """Where a row group ends; None asks for a bare group (no repeated header)."""
         cut = self._row_cut(a, e, room, lo, html)
-        if cut is None and self.c_fixed:
+        if cut is None and (self.c_fixed or self.c_own):
             return None
         if cut is None and lo > a + 1:            # caption + header too big: any line
             cut = self._row_cut(a, e, room, a + 1, html)
@@ -1062,34 +1252,54 @@ class _Packer:
         return cut
 
     def _table(self, s: int, ts: int, e: int, info: tuple) -> None:
-        """Emit a table alone; too large, it becomes row groups repeating the header."""
+        """Emit a table; too large, it becomes row groups repeating the header.
+
+        Retrieval (seed 002): the table is alone in its chunks.  Analysis: it joins the
+        open chunk when it fits, or when that chunk is not yet filled (then it is cut
+        between rows, the first group keeping at least one row), and the last group stays
+        open for the text after it.
+        """
         hdr, body, html = info
-        self._close()
         n = self.nb(s, e)
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         heading = "" if s < ts else self._heading_prefix(s)
         if _utf8_len(heading) + n - ws > self.budget:
             heading = ""
-        self._reset(s, s, heading, _utf8_len(heading), True)
-        self.open = True
         header = self.t[hdr:body].rstrip("\n") + "\n" if body > hdr else ""
         if _utf8_len(header) > self.budget // 2:
             header = ""
         a, lo, rest = s, body, n
+        used = self.c_fixed + self.c_own
+        if (self.analysis and self.open and self.c_own
+                and (used + n <= self.budget or used < self.fill_bytes)):
+            lo = body + 1                         # shares the open chunk
+        else:
+            self._close()
+            self._reset(s, s, heading, _utf8_len(heading), True)
+            self.open = True
         while True:
             room = self.budget - self.c_fixed - self.c_own
             if rest <= room:
                 self._append(a, e, rest, False, a)
-                self._close()
+                self.c_last_table = True
+                if not self.analysis:
+                    self._close()
                 return
             cut = (self.within(a, e, room) if rest - ws <= room
                    else self._table_cut(a, e, room, lo, html))
             if cut is None:
-                self._reset(a, a, "", 0, True)
+                if self.c_own:                    # no row fits the open chunk: start afresh
+                    self._close()
+                    self._reset(a, a, heading, _utf8_len(heading), True)
+                    lo = body
+                else:
+                    self._reset(a, a, "", 0, True)
+                self.open = True
                 continue
             piece = self.nb(a, cut)
             self._append(a, cut, piece, False, a)
-            self.c_table = cut > hdr              # heading/caption alone is not a table
+            self.c_last_table = True
+            self.c_table = self.c_table and cut > hdr     # heading/caption alone is not a table
             self._close()
             rest -= piece
             a, lo = cut, cut
@@ -1110,14 +1320,41 @@ class _Packer:
         while self.headings and self.headings[-1][0] >= level:
             self.headings.pop()
         self.headings.append((level, title, s, line_end))
+        self.hgen += 1
+
+    def _section_ends_chunk(self, units: "_Peek", s: int, e: int) -> bool:
+        """Does the heading at [s, e) end the open chunk?
+
+        Retrieval (seed 002): once the chunk's own text reaches min_tokens.  Analysis
+        (seed 000): only once the chunk holds ``fill`` of the room, and not even then
+        when the whole next section (up to the heading after its first content) still
+        fits in the room left: a section is then never cut for nothing.
+        """
+        used = self.c_fixed + self.c_own
+        if not (self.analysis or self.explicit_fill):
+            return math.ceil(self.c_own / self.bpt) >= self.min_size
+        if used < self.fill_bytes:
+            return False
+        if not self.analysis:
+            return True
+        need, room, content, i = self.nb(s, e), self.budget - used, False, 0
+        while need <= room:
+            u = units.peek(i)
+            if u is None or (u[2] == _H and content):
+                return False
+            content = content or u[2] != _H
+            need += self.nb(u[0], u[1])
+            i += 1
+        return True
 
     def run(self, units: Iterable[tuple]) -> list[_Span]:
         """Pack all units; returns spans in order."""
         pend = -1
+        units = _Peek(units)
         for s, e, typ, info in units:
             if typ == _H:
                 if pend < 0:
-                    if self.open and math.ceil(self.c_own / self.bpt) >= self.min_size:
+                    if self.open and self._section_ends_chunk(units, s, e):
                         self._close()
                     pend = s
                 self._push_heading(s, info)
@@ -1156,7 +1393,7 @@ def chunk_document(doc: Document) -> list[Chunk]:
             text=sp.prefix + body if sp.prefix else body,
             heading_path=sp.heading_path, kind=sp.kind,
             tokens=math.ceil(sp.nbytes / bpt), id=f"{doc.fingerprint}-{i:04d}",
-            fingerprint=sfp))
+            fingerprint=sfp, sections=sp.sections))
     return out
 
 
@@ -1178,10 +1415,10 @@ def plan_document(doc: Document) -> ChunkPlan:
     """Count chunks without building their texts (cheap enough for the alert)."""
     spans = _spans(doc)
     bpt = doc.settings.bytes_per_token
-    largest = max((math.ceil(sp.nbytes / bpt) for sp in spans), default=0)
+    sizes = tuple(math.ceil(sp.nbytes / bpt) for sp in spans)
     return ChunkPlan(path=doc.path, kind=doc.kind, chunks=len(spans),
                      tokens=doc.tokens, size_tokens=doc.settings.size_tokens,
-                     largest_tokens=largest)
+                     largest_tokens=max(sizes, default=0), chunk_tokens=sizes)
 
 
 def plan_text(text: str, kind: str = "prose",
