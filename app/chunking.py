@@ -88,6 +88,7 @@ OVERLAP_MODES = ("paragraph", "sentence", "none")
 PURPOSES = ("analysis", "retrieval")
 ANALYSIS_FILL = 0.75     # seed 000: recombine until a chunk is about 75% full
 OVERLAP_SHARE = 15       # overlap is at most budget // 15 (keeps a whole run under 1.15x the document)
+ANALYSIS_OVERLAP_SHARE = 30   # analysis: every chunk is a model call, so a shorter overlap
 HEADING_SHARE = 8        # a carried heading is at most budget // 8
 MIN_BUDGET_BYTES = 16    # below this not even a short word fits
 
@@ -372,6 +373,14 @@ _CUT_LINE = _last(r"\n")
 _CUT_CLAUSE = _last(r"[,;:][\"'\u201d\u2019)\]]*\s+|\s[-\u2013\u2014]{1,2}\s+")
 _CUT_WORD = _last(r"\s+")
 _CUT_SIG = _last(_SRC_NESTED)
+# A top-level statement starts after a blank line at column 0 (not a closing bracket, not
+# a continuation such as else/except or #else/#endif): never inside an indented body.
+_SRC_STMT = (r"\n[ \t]*\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
+             r"|#[ \t]*(?:else|elif|endif)\b)")
+_CUT_STMT = _last(_SRC_STMT)
+_CUT_COL0 = _last(r"\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
+                  r"|#[ \t]*(?:else|elif|endif)\b)")
+_FWD_STMT = re.compile(_SRC_STMT)
 _FWD_SENT = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _FWD_PARA = re.compile(r"\n[ \t]*\n\s*")
 _LAST_TR = re.compile(r"(?s:.*)(?=<tr[\s>])", re.I)
@@ -379,7 +388,9 @@ _LAST_TR = re.compile(r"(?s:.*)(?=<tr[\s>])", re.I)
 _TEXT_LEVELS = (_CUT_PARA, _CUT_SENT_EOL, _CUT_LINE, _CUT_SENT, _CUT_CLAUSE, _CUT_WORD)
 _LIST_LEVELS = (_CUT_ITEM,) + _TEXT_LEVELS
 _CODE_LEVELS = (_CUT_PARA, _CUT_LINE, _CUT_WORD)
-_SRC_LEVELS = (_CUT_SIG,) + _CODE_LEVELS
+_SRC_LEVELS = (_CUT_STMT, _CUT_SIG, _CUT_COL0) + _CODE_LEVELS
+# Source cuts that cannot fall inside an indented body (a small definition stays whole).
+_SRC_STRUCT = frozenset({_CUT_STMT, _CUT_SIG, _CUT_COL0, _CUT_PARA})
 _WORD_LEVELS = (_CUT_WORD,)
 # Levels that cut inside a line: used only where the line itself is larger than a chunk.
 _MIDLINE = frozenset({_CUT_SENT, _CUT_CLAUSE, _CUT_WORD})
@@ -917,6 +928,9 @@ class _Packer:
         self.overlap = settings.overlap
         self.carry = settings.carry_heading
         self.code_doc = code_doc
+        self.overlap_share = ANALYSIS_OVERLAP_SHARE if settings.purpose == "analysis" else OVERLAP_SHARE
+        self.regions = _quoted_regions(text) if code_doc else []
+        self.region_starts = [r[0] for r in self.regions]
         self.analysis = settings.purpose == "analysis"
         self.fill_bytes = math.ceil(settings.fill_share * self.budget)
         self.explicit_fill = settings.fill is not None
@@ -1038,7 +1052,7 @@ class _Packer:
         pb, pe, last, kind, last_code = self.prev
         if kind == "table" or pe != s:
             return s
-        cap = self.budget // OVERLAP_SHARE
+        cap = self.budget // self.overlap_share
         t = self.t
         if self.overlap == "paragraph" and self.nb(last, pe) <= cap:
             cand = last
@@ -1092,17 +1106,22 @@ class _Packer:
             return None
         long_line = self._long_line(lim, e)
         quarter = a + (lim - a) // 4
-        best = None
+        best = struct = None
+        src = levels is _SRC_LEVELS
         for level in levels:
             if level in _MIDLINE and not long_line:
                 continue                  # never inside a line that fits a chunk
             m = level.match(self.t, a, lim)
             if m is not None and m.end() > a:
+                if src and level in _SRC_STRUCT:
+                    struct = m.end() if struct is None else max(struct, m.end())
+                elif src and struct is None and (self.c_own or self.c_fixed):
+                    return None           # source: a fresh chunk rather than a cut in a body
                 if m.end() >= quarter:
-                    return m.end()
+                    return struct if struct is not None else m.end()
                 if best is None or m.end() > best:
                     best = m.end()
-        return best
+        return struct if struct is not None else best
 
     def _long_line(self, p: int, e: int) -> bool:
         """True if the line holding offset p is larger than a chunk (so it must be cut
@@ -1172,6 +1191,20 @@ class _Packer:
                 best = m.end()
         return best if best is not None and best < e else None
 
+    def _src_fill_cut(self, us: int, e: int) -> int | None:
+        """Analysis: the last top-level statement start of a source unit that fits in the
+        room left (outside strings and block comments), to fill the open chunk; or None."""
+        if not self.open or self.c_fixed + self.c_own >= self.fill_bytes:
+            return None
+        lim = self.within(self.c_end, e, self.budget - self.c_fixed - self.c_own)
+        best = None
+        for m in _FWD_STMT.finditer(self.t, us + 1, lim):
+            p = m.end()
+            i = bisect.bisect_right(self.region_starts, p) - 1
+            if i < 0 or not self.regions[i][0] < p < self.regions[i][1]:
+                best = p
+        return best if best is not None and best < e else None
+
     def _place(self, s: int, us: int, e: int, typ: str) -> None:
         """Place a text/code unit (with pending headings from s) into chunks."""
         code = typ in (_C, _B) and s == us
@@ -1183,16 +1216,17 @@ class _Packer:
             return
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         nc = n - ws                               # what must stay whole if it fits
-        if self.analysis and typ in (_P, _L) and n <= self.budget:
-            cut = self._fill_cut(us, e)
-            if cut is not None:                   # fill the open chunk with the unit's first lines
+        if self.analysis and typ in (_P, _L, _B) and n <= self.budget:
+            cut = self._src_fill_cut(us, e) if typ == _B else self._fill_cut(us, e)
+            if cut is not None:                   # fill the open chunk with the unit's first part
                 piece = self.nb(s, cut)
-                self._append(s, cut, piece, False, us)
+                self._append(s, cut, piece, code, us)
                 self._close()
                 rest = n - piece
                 self._open(cut, rest, False)
-                self._split(cut, e, _LIST_LEVELS if typ == _L else _TEXT_LEVELS, False, rest,
-                            self.nb(self._content_end(cut, e), e))
+                levels = (_SRC_LEVELS if typ == _B else _LIST_LEVELS if typ == _L
+                          else _TEXT_LEVELS)
+                self._split(cut, e, levels, code, rest, self.nb(self._content_end(cut, e), e))
                 return
         if s < us and nc > self.budget:
             nh = self.nb(s, us)

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:       # run from anywhere, app/ may be a namespace
     sys.path.insert(0, str(ROOT))
 
 from app.chunking import (  # noqa: E402
-    OVERLAP_SHARE, BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
+    ANALYSIS_OVERLAP_SHARE, OVERLAP_SHARE, BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
     chunk_document, chunk_file, chunk_text, estimate_tokens, html_to_text,
     kind_for_path, make_document, plan_file, plan_text,
 )
@@ -423,7 +423,7 @@ def test_book_length_plain_text(tmp_path):
     assert len(full) >= 0.9 * (len(chunks) - 1)
     # paragraph overlap: each chunk starts with the previous chunk's last paragraph,
     # or, when that paragraph is over the overlap cap, with its last sentences
-    cap = s.max_bytes // OVERLAP_SHARE
+    cap = s.max_bytes // (ANALYSIS_OVERLAP_SHARE if s.purpose == "analysis" else OVERLAP_SHARE)
     for prev, c in zip(chunks, chunks[1:]):
         assert c.start < c.body_start
         last_paragraph = doc.text.rfind("\n\n", prev.body_start, prev.end - 2) + 2
@@ -548,19 +548,22 @@ def test_overlap_modes():
     paras = ["First sentence of %d. Second sentence of %d." % (i, i) for i in range(60)]
     text = "\n\n".join(paras)
     for mode in ("paragraph", "sentence", "none"):
-        s = ChunkSettings(size_tokens=200, overlap=mode)
-        chunks = chunk_text(text, "prose", s)
-        check_invariants(make_document(text, "prose", s), chunks, s)
-        for prev, c in zip(chunks, chunks[1:]):
-            carried = text[c.start:c.body_start]
-            if mode == "none":
-                assert carried == ""
-            elif mode == "paragraph":
+        for purpose, size in (("retrieval", 200), ("analysis", 200), ("analysis", 400)):
+            s = ChunkSettings(size_tokens=size, overlap=mode, purpose=purpose)
+            cap = s.max_bytes // (OVERLAP_SHARE if purpose == "retrieval" else ANALYSIS_OVERLAP_SHARE)
+            chunks = chunk_text(text, "prose", s)
+            check_invariants(make_document(text, "prose", s), chunks, s)
+            for prev, c in zip(chunks, chunks[1:]):
+                carried = text[c.start:c.body_start]
                 last_para = text[prev.body_start:prev.end].rstrip().split("\n\n")[-1]
-                assert carried.rstrip() == last_para
-            else:
-                assert carried.startswith("Second sentence of")
-            assert c.text.startswith(carried) and c.tokens <= 200
+                assert len(carried.encode()) <= cap
+                if mode == "none":
+                    assert carried == ""
+                elif mode == "paragraph" and len(last_para) + 2 <= cap:
+                    assert carried.rstrip() == last_para
+                else:       # the last sentence (a paragraph over the cap shrinks to it)
+                    assert carried.startswith("Second sentence of")
+                assert c.text.startswith(carried) and c.tokens <= size
 
 
 def test_overlap_never_forces_a_cut():
