@@ -78,6 +78,8 @@ __all__ = [
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
     "make_document", "read_document", "chunk_document", "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
+    "PURPOSES", "ANALYSIS_FILL", "LABEL_MAX_BYTES", "chunk_label", "map_prompt",
+    "map_prompt_overhead",
 ]
 
 CHUNKER_NAME = "harvey-web.chunking"
@@ -275,6 +277,9 @@ class Chunk:
     # heading path of every section whose text the chunk holds, in order (the first is
     # ``heading_path``; an empty path is text before the first heading)
     sections: tuple[tuple[str, ...], ...] = ()
+    # 1-based lines of doc.text that the chunk's own part [body_start, end) spans
+    first_line: int = 0
+    last_line: int = 0
 
 
 @dataclass(frozen=True)
@@ -1415,19 +1420,32 @@ def _spans(doc: Document) -> list[_Span]:
     return packer.run(_units(doc.text, doc.kind))
 
 
+def _content_end_of(t: str, s: int, e: int) -> int:
+    """End of t[s:e] without its trailing whitespace (a chunk's last line is its last text)."""
+    k = e
+    while k > s and t[k - 1] in " \t\n\r\f\v":
+        k -= 1
+    return k if k > s else e
+
+
 def chunk_document(doc: Document) -> list[Chunk]:
     """Chunks of a Document with the settings it was made with."""
     t, bpt = doc.text, doc.settings.bytes_per_token
     sfp = doc.settings.fingerprint
     out = []
+    line, pos = 1, 0                      # line number at pos, counted once over the text
     for i, sp in enumerate(_spans(doc)):
+        line += t.count("\n", pos, sp.body_start)
+        first = line
+        last = first + t.count("\n", sp.body_start, _content_end_of(t, sp.body_start, sp.end))
+        line, pos = first + t.count("\n", sp.body_start, sp.end), sp.end
         body = t[sp.start:sp.end]
         out.append(Chunk(
             index=i, start=sp.start, body_start=sp.body_start, end=sp.end,
             text=sp.prefix + body if sp.prefix else body,
             heading_path=sp.heading_path, kind=sp.kind,
             tokens=math.ceil(sp.nbytes / bpt), id=f"{doc.fingerprint}-{i:04d}",
-            fingerprint=sfp, sections=sp.sections))
+            fingerprint=sfp, sections=sp.sections, first_line=first, last_line=last))
     return out
 
 
@@ -1465,3 +1483,85 @@ def plan_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
               kind: str | None = None) -> ChunkPlan:
     """plan_document for a file (raises ChunkingError like chunk_file)."""
     return plan_document(read_document(path, settings, kind))
+
+
+# ---------------------------------------------------------------- the map prompt (analysis)
+
+LABEL_MAX_BYTES = 300        # a chunk label never grows past this (it is budgeted as fixed)
+PATH_SEP = " › "
+SIBLING_SEP = " · "
+
+
+def _label_sections(sections: Iterable[tuple[str, ...]]) -> list[str]:
+    """Heading paths grouped by parent: ``A › B › x · y`` for siblings x and y under A › B."""
+    groups: list[tuple[tuple[str, ...], list[str]]] = []
+    for path in sections:
+        if not path:
+            continue
+        parent, leaf = path[:-1], path[-1]
+        if groups and groups[-1][0] == parent:
+            groups[-1][1].append(leaf)
+        else:
+            groups.append((parent, [leaf]))
+    return [PATH_SEP.join(parent + (SIBLING_SEP.join(leaves),)) for parent, leaves in groups]
+
+
+def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> str:
+    """The chunk's label for the map prompt: ``Chunk i of N`` plus, when the document has
+    headings, the heading path of every section the chunk holds, e.g.::
+
+        Chunk 3 of 12 (sections: fs › Promises API › filehandle.read() · filehandle.write(); fs › Callback API)
+
+    The sections part is shortened to fit ``max_bytes`` (UTF-8) with "… N more", so the label's
+    cost is bounded and can be reserved when chunks are sized (``map_prompt_overhead``).  A
+    chunk without headings (source code, plain prose) is labelled with its lines instead:
+    ``Chunk 3 of 12 (lines 120–245)``.
+    """
+    head = f"Chunk {chunk.index + 1} of {total}"
+    groups = _label_sections(chunk.sections or (chunk.heading_path,))
+    if not groups:
+        if chunk.first_line:
+            return f"{head} (lines {chunk.first_line}–{chunk.last_line})"
+        return head
+    room = max_bytes - _utf8_len(head) - len(" (sections: )")
+    shown: list[str] = []
+    used = 0
+    for i, g in enumerate(groups):
+        more = len(groups) - i - 1
+        tail = f"; … {more} more" if more else ""
+        cost = _utf8_len(g) + (2 if shown else 0)
+        if used + cost + _utf8_len(tail) > room:
+            if not shown:                  # one path longer than the room: cut it at a character
+                g = g.encode("utf-8")[: max(0, room - 16)].decode("utf-8", "ignore") + "…"
+                shown.append(g)
+                i += 1
+            left = len(groups) - len(shown)
+            if left:
+                shown.append(f"… {left} more")
+            break
+        shown.append(g)
+        used += cost
+    return f"{head} (sections: {'; '.join(shown)})"
+
+
+def map_prompt(task: str, chunk: Chunk, total: int, reply_words: int | None = None) -> str:
+    """The user message of one map call (seed 000's layout, with the label and, when the
+    instruction allows a short answer, a length limit after the text, where a small model
+    still sees it)::
+
+        <task>\\n\\n---\\nChunk i of N (sections: ...):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
+    """
+    label = chunk_label(chunk, total)
+    body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
+    tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
+    return f"{task}\n\n---\n{label}:\n{body}{tail}"
+
+
+def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = None) -> str:
+    """The longest the map prompt is apart from the chunk text: a label of LABEL_MAX_BYTES and
+    the length line.  Estimate it with the system prompt to size chunks so every map request
+    fits the window whatever the chunk's sections."""
+    fake = Chunk(index=total - 1, start=0, body_start=0, end=0, text="\n", heading_path=(),
+                 kind="text", tokens=0, id="", fingerprint="")
+    base = map_prompt(task, fake, total, reply_words)
+    return base + "x" * (LABEL_MAX_BYTES - _utf8_len(f"Chunk {total} of {total}"))
