@@ -383,8 +383,12 @@ _CUT_SIG = _last(_SRC_NESTED)
 _SRC_STMT = (r"\n[ \t]*\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
              r"|#[ \t]*(?:else|elif|endif)\b)")
 _CUT_STMT = _last(_SRC_STMT)
-_CUT_COL0 = _last(r"\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
-                  r"|#[ \t]*(?:else|elif|endif)\b)")
+_SRC_COL0 = (r"\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
+             r"|#[ \t]*(?:else|elif|endif)\b)")
+_CUT_COL0 = _last(_SRC_COL0)
+_FWD_TOP = re.compile(_SRC_STMT + "|" + _SRC_COL0)
+_PREPROC = re.compile(r"#[ \t]*(?:define|undef|include|if|ifdef|ifndef|elif|else|endif|pragma|"
+                      r"error|warning|line)\b")
 _FWD_STMT = re.compile(_SRC_STMT)
 _FWD_SENT = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _FWD_PARA = re.compile(r"\n[ \t]*\n\s*")
@@ -1113,20 +1117,101 @@ class _Packer:
         quarter = a + (lim - a) // 4
         best = struct = None
         src = levels is _SRC_LEVELS
+        floor = a
+        if src:            # a top-level statement that fits a chunk is never cut
+            ts = self._stmt_around(a, lim, e)
+            if ts is not None and ts < 0:
+                floor = -ts               # cut after its end
+            elif ts is not None:
+                if ts <= a:
+                    return None           # it starts here and fits only a fresh chunk
+                return ts                 # the last statement start in the window
         for level in levels:
             if level in _MIDLINE and not long_line:
                 continue                  # never inside a line that fits a chunk
-            m = level.match(self.t, a, lim)
-            if m is not None and m.end() > a:
+            if src and level in _SRC_STRUCT:
+                end = self._src_match(level, a, lim)
+            else:
+                m = level.match(self.t, a, lim)
+                end = None if m is None else m.end()
+            if end is not None and end > floor:
                 if src and level in _SRC_STRUCT:
-                    struct = m.end() if struct is None else max(struct, m.end())
+                    struct = end if struct is None else max(struct, end)
                 elif src and struct is None and (self.c_own or self.c_fixed):
                     return None           # source: a fresh chunk rather than a cut in a body
-                if m.end() >= quarter:
-                    return struct if struct is not None else m.end()
-                if best is None or m.end() > best:
-                    best = m.end()
+                if end >= quarter:
+                    return struct if struct is not None else end
+                if best is None or end > best:
+                    best = end
         return struct if struct is not None else best
+
+    def _in_region(self, p: int) -> int | None:
+        """Start of the triple-quoted string / block comment holding p, else None."""
+        i = bisect.bisect_right(self.region_starts, p) - 1
+        if i >= 0 and self.regions[i][0] < p < self.regions[i][1]:
+            return self.regions[i][0]
+        return None
+
+    def _src_match(self, level: re.Pattern, a: int, lim: int) -> int | None:
+        """The last cut of a structural source level in (a, lim] outside strings/comments."""
+        while lim > a:
+            m = level.match(self.t, a, lim)
+            if m is None or m.end() <= a:
+                return None
+            rs = self._in_region(m.end())
+            if rs is None:
+                return m.end()
+            lim = rs
+        return None
+
+    def _stmt_around(self, a: int, lim: int, e: int) -> int | None:
+        """Source: the last top-level statement that starts in the window [a, lim) and fits a
+        chunk.  Its start (with its decorator and comment lines) if the window ends inside
+        it; minus its text's end if it ends in the window; None if there is none."""
+        t = self.t
+        ts = self._src_match(_CUT_COL0, a, lim) or a
+        if ts == a and not (a == 0 or t[a - 1] == "\n"):
+            return None                   # a is inside a line: no statement starts here
+        h = ts
+        while h < lim and t.startswith(("@", "#", "//", "/*"), h) and not _PREPROC.match(t, h):
+            nl = t.find("\n", h, lim)
+            if nl < 0:
+                break
+            h = nl + 1                    # the statement proper starts after its header lines
+        end = self._top_end(h, e)
+        if end is None:
+            return None
+        if end <= lim:
+            return -end                   # it ends in the window: cut after it
+        # decorator lines just above belong to it; comment lines too, while it still fits
+        while ts > a:
+            p = t.rfind("\n", a, ts - 1) + 1
+            if p <= a and not (a == 0 or t[a - 1] == "\n"):
+                break
+            p = max(p, a)
+            deco = t.startswith("@", p)
+            if not (deco or t.startswith(("#", "//"), p)) or _PREPROC.match(t, p):
+                break
+            if not deco and self.nb(p, end) > self.budget:
+                break
+            ts = p
+        return ts if self.nb(ts, end) <= self.budget else None
+
+    def _top_end(self, a: int, e: int) -> int | None:
+        """Source: where the text of the top-level statement (definition) that starts at a
+        ends (before the next line at column 0 outside strings and comments), if that is
+        within a chunk of a; else None."""
+        n = len(self.t)
+        lim = self.within(a, n, self.budget)
+        hi = min(n, lim + self.budget)            # far enough to see past blank lines
+        for m in _FWD_TOP.finditer(self.t, a + 1, hi):
+            if self._in_region(m.end()) is None:
+                ce = self._content_end(a, m.end())
+                return ce if ce <= lim else None
+        if hi < n:
+            return None
+        ce = self._content_end(a, n)
+        return ce if ce <= lim else None
 
     def _long_line(self, p: int, e: int) -> bool:
         """True if the line holding offset p is larger than a chunk (so it must be cut
@@ -1492,8 +1577,8 @@ PATH_SEP = " › "
 SIBLING_SEP = " · "
 
 
-def _label_sections(sections: Iterable[tuple[str, ...]]) -> list[str]:
-    """Heading paths grouped by parent: ``A › B › x · y`` for siblings x and y under A › B."""
+def _label_groups(sections: Iterable[tuple[str, ...]]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """Heading paths grouped by parent, in order: siblings share one ``A › B › x · y``."""
     groups: list[tuple[tuple[str, ...], list[str]]] = []
     for path in sections:
         if not path:
@@ -1503,7 +1588,14 @@ def _label_sections(sections: Iterable[tuple[str, ...]]) -> list[str]:
             groups[-1][1].append(leaf)
         else:
             groups.append((parent, [leaf]))
-    return [PATH_SEP.join(parent + (SIBLING_SEP.join(leaves),)) for parent, leaves in groups]
+    return groups
+
+
+def _clip(text: str, nbytes: int) -> str:
+    """text cut to nbytes of UTF-8 (with an ellipsis when cut)."""
+    if _utf8_len(text) <= nbytes:
+        return text
+    return text.encode("utf-8")[: max(0, nbytes - 3)].decode("utf-8", "ignore") + "…"
 
 
 def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> str:
@@ -1512,36 +1604,36 @@ def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> s
 
         Chunk 3 of 12 (sections: fs › Promises API › filehandle.read() · filehandle.write(); fs › Callback API)
 
-    The sections part is shortened to fit ``max_bytes`` (UTF-8) with "… N more", so the label's
+    Sections that do not fit ``max_bytes`` (UTF-8) are left out with "… N more", so the label's
     cost is bounded and can be reserved when chunks are sized (``map_prompt_overhead``).  A
     chunk without headings (source code, plain prose) is labelled with its lines instead:
     ``Chunk 3 of 12 (lines 120–245)``.
     """
     head = f"Chunk {chunk.index + 1} of {total}"
-    groups = _label_sections(chunk.sections or (chunk.heading_path,))
+    groups = _label_groups(chunk.sections or (chunk.heading_path,))
     if not groups:
         if chunk.first_line:
             return f"{head} (lines {chunk.first_line}–{chunk.last_line})"
         return head
     room = max_bytes - _utf8_len(head) - len(" (sections: )")
-    shown: list[str] = []
-    used = 0
-    for i, g in enumerate(groups):
-        more = len(groups) - i - 1
-        tail = f"; … {more} more" if more else ""
-        cost = _utf8_len(g) + (2 if shown else 0)
-        if used + cost + _utf8_len(tail) > room:
-            if not shown:                  # one path longer than the room: cut it at a character
-                g = g.encode("utf-8")[: max(0, room - 16)].decode("utf-8", "ignore") + "…"
-                shown.append(g)
-                i += 1
-            left = len(groups) - len(shown)
-            if left:
-                shown.append(f"… {left} more")
-            break
-        shown.append(g)
-        used += cost
-    return f"{head} (sections: {'; '.join(shown)})"
+    left = sum(len(leaves) for _, leaves in groups)
+    reserve = len("; … 9999 more")
+    out = ""
+    for parent, leaves in groups:
+        prefix = ("; " if out else "") + "".join(p + PATH_SEP for p in parent)
+        piece = ""
+        for leaf in leaves:
+            add = (SIBLING_SEP if piece else prefix) + leaf
+            if _utf8_len(out + piece + add) + (reserve if left > 1 else 0) > room:
+                if not out and not piece:          # not even one section: clip it
+                    piece = _clip(add, room - reserve)
+                    left -= 1
+                out += piece
+                return f"{head} (sections: {out}{'; … %d more' % left if left else ''})"
+            piece += add
+            left -= 1
+        out += piece
+    return f"{head} (sections: {out})"
 
 
 def map_prompt(task: str, chunk: Chunk, total: int, reply_words: int | None = None) -> str:
