@@ -248,7 +248,11 @@ class Calibration:
         if not prompt_eval_count:
             return None
         size = sum(len((m.get("content") or "").encode()) for m in messages)
-        estimate = estimate_messages(messages, self.bytes_per_token(model, kind))
+        # the kind's own figure if learned, else the chat one unscaled: a conservative prior
+        # must not make a sparse text look cut
+        check_bpt = (self.bytes_per_token(model, kind) if self.samples(model, kind)
+                     else self.bytes_per_token(model))
+        estimate = estimate_messages(messages, check_bpt)
         if estimate >= 256 and prompt_eval_count < TRUNCATION_RATIO * estimate:
             return (f"Ollama read only {prompt_eval_count} prompt tokens where about {estimate} were sent: "
                     "the server may have cut the conversation silently (an old Ollama ignores "
