@@ -398,7 +398,7 @@ _TEXT_LEVELS = (_CUT_PARA, _CUT_SENT_EOL, _CUT_LINE, _CUT_SENT, _CUT_CLAUSE, _CU
 _LIST_LEVELS = (_CUT_ITEM,) + _TEXT_LEVELS
 _CODE_LEVELS = (_CUT_PARA, _CUT_LINE, _CUT_WORD)
 _SRC_LEVELS = (_CUT_STMT, _CUT_SIG, _CUT_COL0) + _CODE_LEVELS
-# Source cuts that cannot fall inside an indented body (a small definition stays whole).
+# Source cuts at the start of a statement: never taken inside a string or block comment.
 _SRC_STRUCT = frozenset({_CUT_STMT, _CUT_SIG, _CUT_COL0, _CUT_PARA})
 _WORD_LEVELS = (_CUT_WORD,)
 # Levels that cut inside a line: used only where the line itself is larger than a chunk.
@@ -1115,7 +1115,7 @@ class _Packer:
             return None
         long_line = self._long_line(lim, e)
         quarter = a + (lim - a) // 4
-        best = struct = None
+        best = None
         src = levels is _SRC_LEVELS
         floor = a
         if src:            # a top-level statement that fits a chunk is never cut
@@ -1135,15 +1135,11 @@ class _Packer:
                 m = level.match(self.t, a, lim)
                 end = None if m is None else m.end()
             if end is not None and end > floor:
-                if src and level in _SRC_STRUCT:
-                    struct = end if struct is None else max(struct, end)
-                elif src and struct is None and (self.c_own or self.c_fixed):
-                    return None           # source: a fresh chunk rather than a cut in a body
                 if end >= quarter:
-                    return struct if struct is not None else end
+                    return end
                 if best is None or end > best:
                     best = end
-        return struct if struct is not None else best
+        return best
 
     def _in_region(self, p: int) -> int | None:
         """Start of the triple-quoted string / block comment holding p, else None."""

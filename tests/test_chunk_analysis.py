@@ -24,6 +24,7 @@ from app.chunking import (  # noqa: E402
     chunk_text, estimate_tokens, make_document, map_prompt, map_prompt_overhead, plan_document,
     plan_file,
 )
+from app.chunking import _units  # noqa: E402  (the block scanner itself)
 
 HYP = hsettings(max_examples=80, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -207,8 +208,12 @@ def test_generated_python_definitions_are_never_split(text, size, purpose, overl
     doc = make_document(text, "source", s)
     chunks = chunk_document(doc)
     assert_no_small_definition_split(doc.text, chunks, s.max_bytes)
-    for c in chunks[1:]:                  # a column-0 def in a docstring never starts a chunk
-        assert not doc.text.startswith(("def not_a_definition", "def in_the_module"), c.body_start)
+    # the block scanner (issue 14's typing.py finding): units start only at top-level
+    # signatures, never at a nested def nor at a def line inside a docstring
+    for start, _end, _typ, _info in _units(doc.text, "source"):
+        if start:
+            line = doc.text[start:doc.text.find("\n", start)]
+            assert not line.startswith((" ", "\t", "def not_a_definition", "def in_the_module")), line
 
 
 def test_nested_methods_and_docstring_defs_do_not_start_units():
