@@ -357,8 +357,11 @@ _SRC_BOUNDARY = re.compile(          # one blank line per try: linear on long bl
 _SRC_NESTED = r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"[ \t]*+" + _SRC_MODS + _SRC_SIGNATURE + ")"
 # String and comment openers, to find triple-quoted strings and block comments: their
 # lines never start a unit (a "def" line in a docstring is text, not a definition).
-_SRC_QUOTED = re.compile("\"\"\"|'''|\"|'|#|//|/\\*")
-_SRC_LINE_STR = {q: re.compile(q + r"(?:[^" + q + r"\\\n]|\\.)*+" + q) for q in "\"'"}
+_SRC_SKIP = r"""#[^\n]*+|//[^\n]*+|"(?:[^"\\\n]|\\.)*+"|'(?:[^'\\\n]|\\.)*+'"""
+_SRC_TRIPLE = (r'"""(?:[^"\\]|\\.|"(?!""))*+(?:"""|\Z)'
+               r"|'''(?:[^'\\]|\\.|'(?!''))*+(?:'''|\Z)")
+_SRC_SCAN = re.compile(r"(?P<multi>" + _SRC_TRIPLE + r"|/\*(?:[^*]|\*(?!/))*+\*/)|" + _SRC_SKIP)
+_SRC_SCAN_NO_BLOCK = re.compile(r"(?P<multi>" + _SRC_TRIPLE + r")|" + _SRC_SKIP)
 
 
 def _last(pattern: str) -> re.Pattern:
@@ -840,48 +843,28 @@ def _text_units(t: str, markdown: bool) -> Iterator[tuple]:
 def _quoted_regions(t: str) -> list[tuple[int, int]]:
     """[start, end) of multi-line triple-quoted strings and block comments in source.
 
-    One pass over string and comment openers (not over characters): ``#`` and ``//``
-    comments and one-line strings are skipped, so a quote inside them opens nothing.
-    An unclosed triple quote runs to the end of the text; an unclosed ``/*`` is ignored.
+    One regex pass (the loop runs per string or comment, not per character): ``#`` and
+    ``//`` comments and one-line strings are matched too, so a quote inside them opens
+    nothing.  An unclosed triple quote runs to the end of the text; an unclosed ``/*`` is
+    not a comment.
     """
     if '"""' not in t and "'''" not in t and "/*" not in t:
         return []
-    out: list[tuple[int, int]] = []
-    n, pos = len(t), 0
-    comments = "/*" in t
-    while True:
-        m = _SRC_QUOTED.search(t, pos)
-        if m is None:
-            return out
-        tok, s = m.group(), m.start()
-        if len(tok) == 3:
-            e = t.find(tok, m.end())
-            e = n if e < 0 else e + 3
+    scanner = _SRC_SCAN if "*/" in t else _SRC_SCAN_NO_BLOCK
+    out = []
+    for m in scanner.finditer(t):
+        if m.lastgroup == "multi":
+            s, e = m.span()
             if t.find("\n", s, e) >= 0:
                 out.append((s, e))
-            pos = e
-        elif tok in ("#", "//"):
-            e = t.find("\n", m.end())
-            pos = n if e < 0 else e + 1
-        elif tok == "/*":
-            e = t.find("*/", m.end()) if comments else -1
-            if e < 0:
-                comments = False        # no close anywhere later: not a comment
-                pos = m.end()
-                continue
-            if t.find("\n", s, e) >= 0:
-                out.append((s, e + 2))
-            pos = e + 2
-        else:
-            sm = _SRC_LINE_STR[tok].match(t, s)
-            pos = sm.end() if sm is not None else m.end()
+    return out
 
 
-def _source_units(t: str) -> Iterator[tuple]:
+def _source_units(t: str, regions: list[tuple[int, int]] | None = None) -> Iterator[tuple]:
     """Unit starts for source: a blank line followed by a top-level signature (seed 000),
     never inside a triple-quoted string or a block comment."""
     yield (0, _B, None)
-    regions = _quoted_regions(t)
+    regions = _quoted_regions(t) if regions is None else regions
     starts = [r[0] for r in regions]
     for m in _SRC_BOUNDARY.finditer(t):
         p = m.end()
@@ -891,10 +874,10 @@ def _source_units(t: str) -> Iterator[tuple]:
         yield (p, _B, None)
 
 
-def _units(doc_text: str, kind: str) -> Iterator[tuple]:
-    """Tiled units for a document kind."""
+def _units(doc_text: str, kind: str, regions: list[tuple[int, int]] | None = None) -> Iterator[tuple]:
+    """Tiled units for a document kind (``regions``: source strings/comments, if known)."""
     if kind == "source":
-        return _tile(_source_units(doc_text), len(doc_text))
+        return _tile(_source_units(doc_text, regions), len(doc_text))
     tiled = _tile(_text_units(doc_text, kind != "prose"), len(doc_text))
     return _with_captions(doc_text, tiled)
 
@@ -927,7 +910,8 @@ class _Peek:
 class _Packer:
     """Greedy packer over tiled units; keeps byte counts so sizes are exact."""
 
-    def __init__(self, text: str, settings: ChunkSettings, code_doc: bool) -> None:
+    def __init__(self, text: str, settings: ChunkSettings, code_doc: bool,
+                 regions: list[tuple[int, int]] | None = None) -> None:
         """State of the one open chunk (``c_*``) plus the heading stack."""
         self.t = text
         self.ascii = text.isascii()
@@ -938,7 +922,7 @@ class _Packer:
         self.carry = settings.carry_heading
         self.code_doc = code_doc
         self.overlap_share = ANALYSIS_OVERLAP_SHARE if settings.purpose == "analysis" else OVERLAP_SHARE
-        self.regions = _quoted_regions(text) if code_doc else []
+        self.regions = (_quoted_regions(text) if regions is None else regions) if code_doc else []
         self.region_starts = [r[0] for r in self.regions]
         self.analysis = settings.purpose == "analysis"
         self.fill_bytes = math.ceil(settings.fill_share * self.budget)
@@ -1497,8 +1481,10 @@ def _spans(doc: Document) -> list[_Span]:
     """Spans of a document; empty or whitespace-only text gives none."""
     if _NONSPACE.search(doc.text) is None:
         return []
-    packer = _Packer(doc.text, doc.settings, doc.kind == "source")
-    return packer.run(_units(doc.text, doc.kind))
+    source = doc.kind == "source"
+    regions = _quoted_regions(doc.text) if source else []
+    packer = _Packer(doc.text, doc.settings, source, regions)
+    return packer.run(_units(doc.text, doc.kind, regions))
 
 
 def _content_end_of(t: str, s: int, e: int) -> int:
