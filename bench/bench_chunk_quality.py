@@ -345,6 +345,57 @@ def semchunker():
     return run
 
 
+# ------------------------------------------------------------------ whole analyses (estimated)
+
+TASK = "Summarize the methodology of each section."
+
+
+def analysis_costs(path: Path, before_mod, window: int = 8192, reply: int = 512, margin: float = 0.10,
+                   map_cap: int = 400, speed=(40.0, 5.0)) -> dict:
+    """Calls and tokens of one map-reduce analysis of ``path`` with the default config, before
+    (chunker of --before-rev, 400-token replies, seed 000's label) and after (analysis packing,
+    ``map_prompt`` with its label and a 250-word limit, ``map_reply_budget``)."""
+    from app.budget import estimate_analysis, estimate_messages, map_reply_budget
+    try:
+        from app.analysis import MAP_SYSTEM, REDUCE_SYSTEM
+    except ImportError:            # the analysis code moves to a package: same texts
+        MAP_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
+                      "If nothing in it is relevant, say so in one line.")
+        REDUCE_SYSTEM = ("You combine partial answers, each written from one chunk of a longer document, "
+                         "into one answer to the user's instruction. Keep what matters, merge repeats, "
+                         "and say if parts are missing.")
+    reduce_fixed = estimate_messages([{"content": REDUCE_SYSTEM}, {"content": "Instruction: " + TASK + " " * 200}], 4.0)
+    room = window - reduce_fixed - reply - math.ceil(margin * window)
+    out = {}
+    for label, mod in (("before", before_mod), ("after", chunking)):
+        if mod is None:
+            continue
+        if label == "before":
+            fixed = estimate_messages([{"content": MAP_SYSTEM}, {"content": TASK + "\n\n---\nChunk 99 of 99:\n"}], 4.0)
+            num_predict = map_cap
+            settings = mod.ChunkSettings(size_tokens=min(1500, window - fixed - map_cap - math.ceil(margin * window)))
+        else:
+            rb = map_reply_budget(TASK, map_cap)
+            fixed = estimate_messages([{"content": MAP_SYSTEM},
+                                       {"content": chunking.map_prompt_overhead(TASK, 999, rb.words)}], 4.0)
+            num_predict = rb.num_predict
+            settings = chunking.ChunkSettings(size_tokens=min(1500, window - fixed - num_predict
+                                                             - math.ceil(margin * window)))
+        doc = mod.read_document(path, settings)
+        chunks = mod.chunk_document(doc)
+        if label == "before":          # seed 000's prompt: the instruction, "Chunk i of N:", the text
+            sizes = [c.tokens for c in chunks]
+        else:                          # each chunk's real map prompt (its label, not the reserve)
+            sizes = [estimate_messages([{"content": MAP_SYSTEM}, {"content": chunking.map_prompt(
+                TASK, c, len(chunks), rb.words)}], 4.0) for c in chunks]
+            fixed = 0
+        est = estimate_analysis(sizes, map_fixed_tokens=fixed, map_reply_tokens=num_predict,
+                                reduce_room_tokens=room, reduce_fixed_tokens=reduce_fixed,
+                                final_reply_tokens=reply, speed=speed, document_tokens=doc.tokens)
+        out[label] = est
+    return out
+
+
 # ------------------------------------------------------------------ main
 
 def kind_of(path: Path) -> str:
@@ -360,6 +411,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before", action="store_true", help="also run the chunker of --before-rev")
     ap.add_argument("--before-rev", default="fa334c2")
     ap.add_argument("--only", default="", help="comma-separated splitter names")
+    ap.add_argument("--analysis", action="store_true",
+                    help="also estimate whole analyses (calls, prompt tokens, generated tokens)")
     args = ap.parse_args(argv)
     size = args.size_tokens
     budget = size * 4
@@ -408,7 +461,8 @@ def main(argv=None) -> int:
             q.seconds = statistics.median(times)
             results[name][str(path)] = q
     print(f"Command: python bench/bench_chunk_quality.py --size-tokens {size} --set {args.set}"
-          f" --runs {args.runs}" + (f" --before --before-rev {args.before_rev}" if args.before else ""))
+          f" --runs {args.runs}" + (f" --before --before-rev {args.before_rev}" if args.before else "")
+          + (" --analysis" if args.analysis else "") + (f" --only {args.only}" if args.only else ""))
     print(f"Machine: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, Python {sys.version.split()[0]}")
     print()
     names = list(splitters)
@@ -446,6 +500,37 @@ def main(argv=None) -> int:
     for n, p, q in bad:
         print(f"- {n} {Path(p).name}: word {q.in_word}, line {q.in_line}, fence {q.fence}, "
               f"headerless {q.headerless}, definition {q.definition}")
+    if args.analysis:
+        before_mod = load_before(args.before_rev) if args.before else None
+        print()
+        print(f"Whole analyses, estimated (``estimate_analysis``; no model): instruction {TASK!r}, "
+              "window 8192, reply 512, margin 10 %, map_reply_tokens 400; every reply assumed to use "
+              "all of num_predict (upper bound); time at an assumed 40 prompt / 5 generated tokens "
+              "per second (a 3B model on a Pi 5 generates about 5).")
+        print()
+        print("| document | tokens | calls before | calls after | prompt / document token before "
+              "| after | generated tokens before | after | hours before | after |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        tot = {"before": [0, 0, 0, 0.0], "after": [0, 0, 0, 0.0]}
+        doc_tokens = 0
+        for path, kind, tokens, fewest, structure in docs:
+            c = analysis_costs(path, before_mod)
+            b, a = c.get("before"), c["after"]
+            doc_tokens += a.document_tokens
+            for k, e in c.items():
+                tot[k][0] += e.calls
+                tot[k][1] += e.prompt_tokens
+                tot[k][2] += e.generated_tokens
+                tot[k][3] += e.seconds
+            cell = lambda e, f: "-" if e is None else f(e)   # noqa: E731
+            print(f"| {path.name} | {a.document_tokens:,} | {cell(b, lambda e: e.calls)} | {a.calls} | "
+                  f"{cell(b, lambda e: f'{e.prompt_per_document_token:.2f}')} | {a.prompt_per_document_token:.2f} | "
+                  f"{cell(b, lambda e: f'{e.generated_tokens:,}')} | {a.generated_tokens:,} | "
+                  f"{cell(b, lambda e: f'{e.seconds / 3600:.1f}')} | {a.seconds / 3600:.1f} |")
+        if before_mod is not None:
+            b, a = tot["before"], tot["after"]
+            print(f"| **all** | {doc_tokens:,} | {b[0]} | {a[0]} | {b[1] / doc_tokens:.2f} | {a[1] / doc_tokens:.2f} "
+                  f"| {b[2]:,} | {a[2]:,} | {b[3] / 3600:.1f} | {a[3] / 3600:.1f} |")
     return 0
 
 
