@@ -20,31 +20,46 @@ Algorithm
      one-line caption ("Table 3: ..." or a line ending in ``:``) just before a
      table joins the table.  Prose (``.txt`` and unknown extensions) has no
      headings or fences.
-   * source: blocks that start after a blank line followed by a signature line
-     (``def``, ``class``, ``func``, ``fn``, ``impl``, C-like ``type name(`` ...),
-     leading comment/decorator lines go with the block they describe.
-3. **Pack** (seed 002).  Units go into the open chunk in reading order until the
-   next one would pass the size.  Budgets are kept in UTF-8 bytes, so the test
-   ``estimate_tokens(chunk.text) <= size_tokens`` holds exactly.
+   * source: blocks that start after a blank line followed by a *top-level*
+     signature line at column 0 (``def``, ``class``, ``func``, ``fn``, ``impl``,
+     C-like ``type name(`` ...), never inside a triple-quoted string or a block
+     comment; leading comment/decorator lines go with the block they describe.
+     Nested definitions (methods) do not start blocks.
+3. **Pack.**  Units go into the open chunk in reading order until the next one
+   would pass the size.  Budgets are kept in UTF-8 bytes, so the test
+   ``estimate_tokens(chunk.text) <= size_tokens`` holds exactly.  With
+   ``purpose="analysis"`` (the default: every chunk is one model call) a
+   paragraph or list that fits a chunk but not the rest of the open one fills it
+   up to a line end first, and a source block up to its last top-level statement
+   start (never inside a definition).
 4. **Split.**  A unit larger than a whole chunk is cut at the best boundary
-   that fits: paragraph, (list item,) sentence, line, clause, word; a cut
+   that fits: paragraph, (list item,) sentence end at a line end, line, then
+   (only inside a line larger than a chunk) sentence, clause, word; a cut
    inside a word happens only when one word is larger than a whole chunk.
-   Code is cut at blank lines, then lines, then words.  A higher-level cut is
-   taken only if it keeps a quarter of the room, so a stray early paragraph
+   Fenced code is cut at blank lines, then lines, then words; source at
+   top-level statements, nested signatures, column-0 lines, blank lines, lines,
+   and never inside a top-level statement that fits a chunk.  A higher-level cut
+   is taken only if it keeps a quarter of the room, so a stray early paragraph
    break does not make a near-empty chunk.  Such a unit starts in the open
    chunk when a quarter of it is free (it is cut anyway).
-5. **Merge.**  A heading starts a new section.  If the open chunk holds fewer
-   than ``min_tokens`` of its own text it carries on into the next section (the
-   heading goes into the chunk text); otherwise the heading starts a new chunk.
-   A heading stays with the first unit of its section unless the two together
-   are larger than a chunk.
-6. **Tables** never share a chunk with text.  A table that does not fit becomes
-   row groups; each group repeats the header row, the first starts with the
-   caption.
-7. **Overlap** (seed 000).  Each chunk (except around tables) starts with the
+5. **Merge.**  A heading starts a new section.  Retrieval (seed 002): if the
+   open chunk holds fewer than ``min_tokens`` of its own text it carries on into
+   the next section (the heading goes into the chunk text); otherwise the
+   heading starts a new chunk.  Analysis (seed 000, issue 14): the heading ends
+   the open chunk only when it holds ``fill`` of the room (0.75) *and* the next
+   section does not fit in what is left.  ``Chunk.sections`` lists the heading
+   path of every section a chunk holds (``chunk_label`` puts them in the map
+   prompt).  A heading stays with the first unit of its section unless the two
+   together are larger than a chunk.
+6. **Tables.**  A table that does not fit becomes row groups; each group
+   repeats the header row, the first starts with the caption.  Retrieval: a
+   table never shares a chunk with text.  Analysis: it joins the open chunk
+   when it fits or the chunk is not yet filled, and text may follow it.
+7. **Overlap** (seed 000).  Each chunk (except after tables) starts with the
    previous chunk's last paragraph (``paragraph``; in source the last block)
    or last sentence (``sentence``; in code the last line), at most a fifteenth
-   of the budget; a paragraph that is too long shrinks to its last sentences.
+   of the budget (analysis: a thirtieth); a paragraph that is too long shrinks
+   to its last sentences.
    A chunk that starts inside a section also gets that section's heading line
    (``carry_heading``).  Both count toward the size and are dropped when they
    would force a unit that fits on its own to be cut.
