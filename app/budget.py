@@ -7,18 +7,25 @@ window is what the app sends as ``options.num_ctx`` on every request for that
 model, so Ollama never works in a window we did not budget for.
 
 Token counts are estimates: UTF-8 bytes divided by a bytes-per-token figure that
-starts at 4 (seed 000) and is calibrated per model from Ollama's own
-``prompt_eval_count`` after every call (``Calibration``).
+starts at 4 (seed 000) and is calibrated per model and kind of text (chat, prose,
+Markdown, HTML, source, non-English) from Ollama's own ``prompt_eval_count`` after every
+call (``Calibration``).
+
+For chunked analysis (issue 14) it also gives the reply budget of the map calls
+(``map_reply_budget``) and the cost of a planned analysis in calls, tokens and time from the
+measured speeds (``estimate_analysis``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from .config import Config
 from .storage import atomic_write_text
@@ -125,50 +132,127 @@ def fit_history(budget: Budget, system: str, turns: list[list[dict]]) -> tuple[l
     return [m for messages in reversed(kept) for m in messages], left_out
 
 
-class Calibration:
-    """Per-model bytes-per-token, learned from Ollama's prompt_eval_count.
+# -- kinds of text --------------------------------------------------------------------------
 
-    Keeps the last few observations per model and uses their median (robust to
-    an outlier such as a cached prompt), bounded to a sane range, and persisted
-    to a small JSON file so a restart keeps what was learned.
+# What one bytes-per-token figure is kept for.  "chat" is what chat turns send (and what a
+# caller that gives no kind learns); the others are documents read by the chunker, by
+# chunking kind, plus "foreign" for prose that is not English (denser for every tokenizer
+# we measured).
+CALIBRATION_KINDS = ("chat", "prose", "markdown", "html", "source", "foreign")
+# Until a kind has its own samples, its figure is the model's chat figure (or the default)
+# times this factor: SmolLM2's tokenizer on real texts of each kind, median bytes per token
+# relative to English prose (bench/bench_token_kinds.py: prose 4.57, Markdown 3.13, HTML
+# text 3.08, source 3.81, non-English 2.30), rounded down.  Llama 3 / Qwen3 tokenizers are
+# less extreme, so these err on the side of more, smaller chunks.
+KIND_FACTORS = {"chat": 1.0, "prose": 1.0, "markdown": 0.68, "html": 0.66, "source": 0.80,
+                "foreign": 0.50}
+_ENGLISH = frozenset("the of and to a in is that for it as with was on be by are this or "
+                     "from at an not which have".split())
+
+
+def calibration_kind(kind: str, text: str) -> str:
+    """The calibration kind for a document of chunking ``kind`` ("prose", "markdown", "html",
+    "source"; "html" text is the loader's text) whose text starts with ``text``.
+
+    Prose and Markdown whose words are not English (few of the commonest English words, or
+    mostly non-ASCII letters) count as "foreign".  Looks at the first 20,000 characters.
+    """
+    if kind not in CALIBRATION_KINDS:
+        kind = "prose"
+    if kind in ("source", "chat"):
+        return kind
+    sample = text[:20000]
+    words = sample.lower().split()
+    letters = [ch for ch in sample if ch.isalpha()]
+    if len(words) < 50 or not letters:
+        return kind
+    non_ascii = sum(1 for ch in letters if ord(ch) > 127) / len(letters)
+    english = sum(1 for w in words if w.strip(".,;:()*_`'\"") in _ENGLISH) / len(words)
+    return "foreign" if non_ascii > 0.3 or english < 0.06 else kind
+
+
+class Calibration:
+    """Bytes per token per model and kind of text, learned from Ollama's prompt_eval_count.
+
+    Keeps the last few observations per model and kind and uses their median (robust to an
+    outlier such as a cached prompt), bounded to a sane range, and persisted to a small JSON
+    file so a restart keeps what was learned.  A kind with no samples yet uses the model's
+    chat figure (or the default) times ``KIND_FACTORS[kind]``.  The file keeps the chat
+    samples under "bytes_per_token" as before (older files load unchanged) and the others
+    under "by_kind".  It also keeps each model's reading and writing speed and how much of
+    ``num_predict`` replies use, for time estimates.
     """
 
     def __init__(self, path: Path | None, default_bpt: float = 4.0):
         self.path = path
         self.default = default_bpt
         self._samples: dict[str, list[float]] = {}
+        self._kinds: dict[str, dict[str, list[float]]] = {}
         self._speed: dict[str, tuple[float, float]] = {}
+        self._reply_share: dict[str, float] = {}
         self._lock = threading.Lock()
         if path and path.exists():
             self._load()
 
-    def bytes_per_token(self, model: str) -> float:
+    def _list(self, model: str, kind: str | None, create: bool = False) -> list[float] | None:
+        if kind is None or kind == "chat":
+            return self._samples.setdefault(model, []) if create else self._samples.get(model)
+        if create:
+            return self._kinds.setdefault(model, {}).setdefault(kind, [])
+        return self._kinds.get(model, {}).get(kind)
+
+    def bytes_per_token(self, model: str, kind: str | None = None, conservative: bool = False) -> float:
+        """The figure to divide UTF-8 bytes by for ``model`` and ``kind`` (None: chat).
+
+        ``conservative`` gives the smallest recent sample instead of the median (more tokens
+        estimated): for sizing requests that must never exceed the window.
+        """
+        if kind is not None and kind not in CALIBRATION_KINDS:
+            raise ValueError(f"kind must be one of {CALIBRATION_KINDS}")
         with self._lock:
-            samples = self._samples.get(model)
-            return statistics.median(samples) if samples else self.default
+            samples = self._list(model, kind)
+            if samples:
+                return min(samples) if conservative else statistics.median(samples)
+            chat = self._samples.get(model)
+            base = (min(chat) if conservative else statistics.median(chat)) if chat else self.default
+        return max(MIN_BPT, base * KIND_FACTORS.get(kind or "chat", 1.0))
 
-    def samples(self, model: str) -> int:
+    def samples(self, model: str, kind: str | None = None) -> int:
         with self._lock:
-            return len(self._samples.get(model, []))
+            return len(self._list(model, kind) or [])
 
-    def observe(self, model: str, messages: list[dict], final) -> str | None:
-        """Learn from one finished call (bytes per token and speed) and save once.
+    def observe(self, model: str, messages: list[dict], final, kind: str | None = None,
+                num_predict: int | None = None) -> str | None:
+        """Learn from one finished call (bytes per token, speed, reply length) and save once.
 
-        Returns a warning when the counts show the server cut the prompt.
+        ``kind``: the calibration kind of what the prompt carries (a map call: its document's
+        ``calibration_kind``); None is a chat turn.  ``num_predict``: the reply budget sent,
+        to learn how much of it replies use.  Returns a warning when the counts show the
+        server cut the prompt.
         """
         if final is None:
             return None
-        warning = self._learn_size(model, messages, final.prompt_eval_count)
+        warning = self._learn_size(model, messages, final.prompt_eval_count, kind)
         self._learn_speed(model, final)
+        if num_predict and getattr(final, "eval_count", None):
+            share = min(1.0, final.eval_count / num_predict)
+            with self._lock:
+                old = self._reply_share.get(model)
+                self._reply_share[model] = share if old is None else 0.7 * old + 0.3 * share
         self._save()
         return warning
 
-    def _learn_size(self, model: str, messages: list[dict], prompt_eval_count: int | None) -> str | None:
+    def _learn_size(self, model: str, messages: list[dict], prompt_eval_count: int | None,
+                    kind: str | None = None) -> str | None:
         """One bytes-per-token sample, unless the call was too small or cut."""
         if not prompt_eval_count:
             return None
         size = sum(len((m.get("content") or "").encode()) for m in messages)
-        estimate = estimate_messages(messages, self.bytes_per_token(model))
+        # the kind's own figure if learned, else the chat one unscaled: a conservative prior
+        # must not make a sparse text look cut
+        check_bpt = (self.bytes_per_token(model, kind) if self.samples(model, kind)
+                     else self.bytes_per_token(model))
+        estimate = estimate_messages(messages, check_bpt)
         if estimate >= 256 and prompt_eval_count < TRUNCATION_RATIO * estimate:
             return (f"Ollama read only {prompt_eval_count} prompt tokens where about {estimate} were sent: "
                     "the server may have cut the conversation silently (an old Ollama ignores "
@@ -178,7 +262,7 @@ class Calibration:
             return None  # too small to say anything about the bytes per token
         observed = min(MAX_BPT, max(MIN_BPT, size / content_tokens))
         with self._lock:
-            samples = self._samples.setdefault(model, [])
+            samples = self._list(model, kind, create=True)
             samples.append(observed)
             del samples[:-SAMPLES_KEPT]
         return None
@@ -187,6 +271,11 @@ class Calibration:
         """(prompt tokens/s, reply tokens/s) measured on this machine, if known."""
         with self._lock:
             return self._speed.get(model)
+
+    def reply_share(self, model: str) -> float | None:
+        """Smoothed share of num_predict that this model's replies used (None: not seen yet)."""
+        with self._lock:
+            return self._reply_share.get(model)
 
     def _learn_speed(self, model: str, final) -> None:
         """Keep a smoothed reading speed and writing speed from Ollama's durations."""
@@ -204,14 +293,161 @@ class Calibration:
             data = json.loads(self.path.read_text())
             self._samples = {k: [float(x) for x in v][-SAMPLES_KEPT:] for k, v in data["bytes_per_token"].items()}
             self._speed = {k: (float(v[0]), float(v[1])) for k, v in data.get("speed", {}).items()}
+            self._kinds = {m: {k: [float(x) for x in v][-SAMPLES_KEPT:] for k, v in kinds.items()
+                               if k in CALIBRATION_KINDS}
+                           for m, kinds in data.get("by_kind", {}).items()}
+            self._reply_share = {k: min(1.0, max(0.0, float(v)))
+                                 for k, v in data.get("reply_share", {}).items()}
         except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
-            self._samples, self._speed = {}, {}  # a damaged file only costs the learning
+            # a damaged file only costs the learning
+            self._samples, self._speed, self._kinds, self._reply_share = {}, {}, {}, {}
 
     def _save(self) -> None:
         """Write atomically: a crash leaves the old file or the new one."""
         if not self.path:
             return
         with self._lock:
-            text = json.dumps({"bytes_per_token": self._samples, "speed": self._speed})
+            text = json.dumps({"bytes_per_token": self._samples, "by_kind": self._kinds,
+                               "speed": self._speed, "reply_share": self._reply_share})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, text)
+
+
+# -- the generated side of an analysis -------------------------------------------------------
+
+PARTIAL_WORDS = 250          # issue 14: a partial answer of at most 250 words
+TOKENS_PER_WORD = 1.4        # English words to tokens (with punctuation and Markdown), a bit over
+_WORDS_ASKED = re.compile(r"\b(\d{1,4})\s*(?:-\s*)?words?\b", re.I)
+_SENTENCES_ASKED = re.compile(r"\b(\d{1,2}|one|two|three|four|five)\s+(?:short\s+)?sentences?\b", re.I)
+_SHORT_ASKED = re.compile(r"\b(?:one|single)\s+(?:line|sentence|word)\b|\b(?:yes or no|briefly|tl;?dr)\b", re.I)
+# Instructions whose answer grows with the chunk: no length limit is put in the prompt.
+_PROPORTIONAL = re.compile(
+    r"\b(?:translat\w*|rewrit\w*|rephras\w*|paraphras\w*|proofread\w*|correct(?:s|ing)?\s+(?:the|all|every)|"
+    r"fix\s+(?:the\s+)?(?:grammar|spelling|typos)|convert\w*|reformat\w*|transcri\w*|verbatim|quote\s+(?:all|every)|"
+    r"(?:list|extract|copy|find)\s+(?:all|every|each))\b", re.I)
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+
+
+@dataclass(frozen=True)
+class ReplyBudget:
+    """What one map call may generate: ``num_predict`` tokens, and the word limit written into
+    the map prompt (None: the instruction's answer grows with the chunk, no limit is asked)."""
+
+    words: int | None
+    num_predict: int
+
+
+def map_reply_budget(instruction: str, cap: int, words: int = PARTIAL_WORDS) -> ReplyBudget:
+    """The reply budget of every map call of an analysis with this ``instruction``.
+
+    ``cap`` is the configured ``chunking.map_reply_tokens`` (the most any map reply may use).
+    Generation is the slowest part on a CPU, so a partial answer is asked to stay within
+    ``words`` words and ``num_predict`` is just above that, unless the instruction asks for a
+    length of its own ("in 100 words", "in two sentences", "in one line") or for an answer that
+    grows with the text (translate, rewrite, list every ...): then the whole cap.
+    """
+    if cap < 1:
+        raise ValueError("cap must be positive")
+    asked = None
+    m = _WORDS_ASKED.search(instruction)
+    if m is not None:
+        asked = int(m.group(1))
+    else:
+        m = _SENTENCES_ASKED.search(instruction)
+        if m is not None:
+            n = m.group(1).lower()
+            asked = 25 * (_NUMBERS.get(n) or int(n))
+        elif _SHORT_ASKED.search(instruction):
+            asked = 40
+    if asked is None and _PROPORTIONAL.search(instruction):
+        return ReplyBudget(None, cap)
+    asked = max(10, asked if asked is not None else words)
+    tokens = math.ceil(asked * TOKENS_PER_WORD) + 16        # room to finish the sentence
+    return ReplyBudget(asked, min(cap, tokens))
+
+
+def reduce_batches(part_tokens: Sequence[int], room: int) -> list[list[int]]:
+    """Consecutive groups of partial answers (by index) whose tokens fit ``room``, the way the
+    reduce phase batches them (an oversize part is alone in its batch)."""
+    batches: list[list[int]] = [[]]
+    used = 0
+    for i, cost in enumerate(part_tokens):
+        cost = min(cost, room)
+        if used + cost > room and batches[-1]:
+            batches.append([])
+            used = 0
+        batches[-1].append(i)
+        used += cost
+    return [b for b in batches if b]
+
+
+@dataclass(frozen=True)
+class AnalysisEstimate:
+    """What a planned analysis will cost: calls, tokens read and written, and time."""
+
+    map_calls: int
+    reduce_calls: int
+    prompt_tokens: int         # all requests' prompts
+    generated_tokens: int      # expected replies (num_predict x the model's reply share)
+    document_tokens: int
+    seconds: float | None      # None until the model's speeds are measured
+
+    @property
+    def calls(self) -> int:
+        return self.map_calls + self.reduce_calls
+
+    @property
+    def prompt_per_document_token(self) -> float:
+        return self.prompt_tokens / self.document_tokens if self.document_tokens else 0.0
+
+
+def estimate_analysis(chunk_tokens: Sequence[int], *, map_fixed_tokens: int, map_reply_tokens: int,
+                      reduce_room_tokens: int, reduce_fixed_tokens: int, final_reply_tokens: int,
+                      speed: tuple[float, float] | None, reply_share: float | None = None,
+                      part_overhead_tokens: int = 12, document_tokens: int | None = None,
+                      ) -> AnalysisEstimate:
+    """The cost of a planned map-reduce analysis, before it runs (for the alert card).
+
+    * ``chunk_tokens``: each chunk's estimated tokens (``ChunkPlan.chunk_tokens``);
+    * ``map_fixed_tokens``: a map request's tokens apart from the chunk (system prompt, the
+      instruction, label, length line: ``estimate_messages`` of ``map_prompt_overhead``);
+    * ``map_reply_tokens``: ``map_reply_budget(...).num_predict``, also used for the
+      intermediate combine calls, as the reduce phase does;
+    * ``reduce_room_tokens`` / ``reduce_fixed_tokens``: the room for partial answers in one
+      reduce request, and the rest of that request; ``final_reply_tokens``: the synthesis'
+      num_predict;
+    * ``speed``: ``Calibration.speed(model)`` (prompt and reply tokens per second);
+    * ``reply_share``: ``Calibration.reply_share(model)``, the share of num_predict replies use
+      (None: all of it, the upper bound); ``part_overhead_tokens``: each partial's label.
+
+    Time = prompt tokens / prompt speed + generated tokens / reply speed, summed over the calls
+    (model load time is not included).
+    """
+    share = 1.0 if reply_share is None else max(0.0, min(1.0, reply_share))
+    map_out = math.ceil(map_reply_tokens * share)
+    prompt = sum(map_fixed_tokens + t for t in chunk_tokens)
+    generated = map_out * len(chunk_tokens)
+    parts = [map_out + part_overhead_tokens] * len(chunk_tokens)
+    reduce_calls = 0
+    room = max(1, reduce_room_tokens)
+    while True:
+        batches = reduce_batches(parts, room)
+        if len(batches) <= 1:
+            reduce_calls += 1
+            prompt += reduce_fixed_tokens + sum(parts)
+            generated += math.ceil(final_reply_tokens * share)
+            break
+        next_parts = []
+        for batch in batches:
+            reduce_calls += 1
+            prompt += reduce_fixed_tokens + sum(parts[i] for i in batch)
+            generated += map_out
+            next_parts.append(map_out + part_overhead_tokens)
+        if len(next_parts) >= len(parts):       # cannot shrink (room too small): stop counting
+            break
+        parts = next_parts
+    seconds = None
+    if speed and speed[0] > 0 and speed[1] > 0:
+        seconds = prompt / speed[0] + generated / speed[1]
+    doc = sum(chunk_tokens) if document_tokens is None else document_tokens
+    return AnalysisEstimate(len(chunk_tokens), reduce_calls, prompt, generated, doc, seconds)

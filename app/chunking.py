@@ -20,31 +20,46 @@ Algorithm
      one-line caption ("Table 3: ..." or a line ending in ``:``) just before a
      table joins the table.  Prose (``.txt`` and unknown extensions) has no
      headings or fences.
-   * source: blocks that start after a blank line followed by a signature line
-     (``def``, ``class``, ``func``, ``fn``, ``impl``, C-like ``type name(`` ...),
-     leading comment/decorator lines go with the block they describe.
-3. **Pack** (seed 002).  Units go into the open chunk in reading order until the
-   next one would pass the size.  Budgets are kept in UTF-8 bytes, so the test
-   ``estimate_tokens(chunk.text) <= size_tokens`` holds exactly.
+   * source: blocks that start after a blank line followed by a *top-level*
+     signature line at column 0 (``def``, ``class``, ``func``, ``fn``, ``impl``,
+     C-like ``type name(`` ...), never inside a triple-quoted string or a block
+     comment; leading comment/decorator lines go with the block they describe.
+     Nested definitions (methods) do not start blocks.
+3. **Pack.**  Units go into the open chunk in reading order until the next one
+   would pass the size.  Budgets are kept in UTF-8 bytes, so the test
+   ``estimate_tokens(chunk.text) <= size_tokens`` holds exactly.  With
+   ``purpose="analysis"`` (the default: every chunk is one model call) a
+   paragraph or list that fits a chunk but not the rest of the open one fills it
+   up to a line end first, and a source block up to its last top-level statement
+   start (never inside a definition).
 4. **Split.**  A unit larger than a whole chunk is cut at the best boundary
-   that fits: paragraph, (list item,) sentence, line, clause, word; a cut
+   that fits: paragraph, (list item,) sentence end at a line end, line, then
+   (only inside a line larger than a chunk) sentence, clause, word; a cut
    inside a word happens only when one word is larger than a whole chunk.
-   Code is cut at blank lines, then lines, then words.  A higher-level cut is
-   taken only if it keeps a quarter of the room, so a stray early paragraph
+   Fenced code is cut at blank lines, then lines, then words; source at
+   top-level statements, nested signatures, column-0 lines, blank lines, lines,
+   and never inside a top-level statement that fits a chunk.  A higher-level cut
+   is taken only if it keeps a quarter of the room, so a stray early paragraph
    break does not make a near-empty chunk.  Such a unit starts in the open
    chunk when a quarter of it is free (it is cut anyway).
-5. **Merge.**  A heading starts a new section.  If the open chunk holds fewer
-   than ``min_tokens`` of its own text it carries on into the next section (the
-   heading goes into the chunk text); otherwise the heading starts a new chunk.
-   A heading stays with the first unit of its section unless the two together
-   are larger than a chunk.
-6. **Tables** never share a chunk with text.  A table that does not fit becomes
-   row groups; each group repeats the header row, the first starts with the
-   caption.
-7. **Overlap** (seed 000).  Each chunk (except around tables) starts with the
+5. **Merge.**  A heading starts a new section.  Retrieval (seed 002): if the
+   open chunk holds fewer than ``min_tokens`` of its own text it carries on into
+   the next section (the heading goes into the chunk text); otherwise the
+   heading starts a new chunk.  Analysis (seed 000, issue 14): the heading ends
+   the open chunk only when it holds ``fill`` of the room (0.75) *and* the next
+   section does not fit in what is left.  ``Chunk.sections`` lists the heading
+   path of every section a chunk holds (``chunk_label`` puts them in the map
+   prompt).  A heading stays with the first unit of its section unless the two
+   together are larger than a chunk.
+6. **Tables.**  A table that does not fit becomes row groups; each group
+   repeats the header row, the first starts with the caption.  Retrieval: a
+   table never shares a chunk with text.  Analysis: it joins the open chunk
+   when it fits or the chunk is not yet filled, and text may follow it.
+7. **Overlap** (seed 000).  Each chunk (except after tables) starts with the
    previous chunk's last paragraph (``paragraph``; in source the last block)
    or last sentence (``sentence``; in code the last line), at most a fifteenth
-   of the budget; a paragraph that is too long shrinks to its last sentences.
+   of the budget (analysis: a thirtieth); a paragraph that is too long shrinks
+   to its last sentences.
    A chunk that starts inside a section also gets that section's heading line
    (``carry_heading``).  Both count toward the size and are dropped when they
    would force a unit that fits on its own to be cut.
@@ -60,6 +75,8 @@ chunk number.
 """
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
 import hashlib
 import json
@@ -79,14 +96,19 @@ __all__ = [
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
     "make_document", "read_document", "chunk_document", "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
+    "PURPOSES", "ANALYSIS_FILL", "LABEL_MAX_BYTES", "chunk_label", "map_prompt",
+    "map_prompt_overhead",
 ]
 
 CHUNKER_NAME = "harvey-web.chunking"
-CHUNKER_VERSION = 2      # bump when the same input would give other chunks
-TABLE_RULES = 1          # bump when table rendering / grouping rules change
+CHUNKER_VERSION = 3      # bump when the same input would give other chunks
+TABLE_RULES = 2          # bump when table rendering / grouping rules change
 KINDS = ("prose", "markdown", "html", "source")
 OVERLAP_MODES = ("paragraph", "sentence", "none")
+PURPOSES = ("analysis", "retrieval")
+ANALYSIS_FILL = 0.75     # seed 000: recombine until a chunk is about 75% full
 OVERLAP_SHARE = 15       # overlap is at most budget // 15 (keeps a whole run under 1.15x the document)
+ANALYSIS_OVERLAP_SHARE = 30   # analysis: every chunk is a model call, so a shorter overlap
 HEADING_SHARE = 8        # a carried heading is at most budget // 8
 MIN_BUDGET_BYTES = 16    # below this not even a short word fits
 
@@ -145,13 +167,29 @@ def estimate_tokens(text: str, bytes_per_token: float = 4.0) -> int:
 
 @dataclass(frozen=True)
 class ChunkSettings:
-    """How to chunk.  Part of every fingerprint, so changing it changes ids."""
+    """How to chunk.  Part of every fingerprint, so changing it changes ids.
+
+    ``purpose`` chooses between the two packing designs:
+
+    * ``"analysis"`` (default; seed 000, issue 14): every chunk is one model call, so
+      chunks fill the room.  A heading ends the open chunk only once it holds ``fill``
+      of the room (default 0.75, seed 000's "about 75%"); otherwise the section carries
+      on in the same chunk, its heading line inside the text, and ``Chunk.sections``
+      lists the heading path of every section the chunk holds (``chunk_label``).
+      Tables may share a chunk with text; a table that does not fit is cut between
+      rows, every part repeating the header.
+    * ``"retrieval"`` (seed 002): section-first.  A heading ends the open chunk once it
+      holds ``min_tokens`` (default a quarter of the size); tables are chunks of their
+      own.
+    """
 
     size_tokens: int = 1500
     min_tokens: int | None = None
     overlap: str = "paragraph"
     bytes_per_token: float = 4.0
     carry_heading: bool = True
+    purpose: str = "analysis"
+    fill: float | None = None
 
     def __post_init__(self) -> None:
         """Reject settings that could not keep the size invariant."""
@@ -162,6 +200,11 @@ class ChunkSettings:
             raise ValueError("bytes_per_token must be a positive number")
         if self.overlap not in OVERLAP_MODES:
             raise ValueError(f"overlap must be one of {OVERLAP_MODES}")
+        if self.purpose not in PURPOSES:
+            raise ValueError(f"purpose must be one of {PURPOSES}")
+        if self.fill is not None and not (isinstance(self.fill, (int, float))
+                                          and 0 <= self.fill <= 1):
+            raise ValueError("fill must be a number in [0, 1]")
         if self.min_tokens is not None and not 0 <= self.min_tokens <= self.size_tokens:
             raise ValueError("min_tokens must be between 0 and size_tokens")
         if self.size_tokens < 1 or self.max_bytes < MIN_BUDGET_BYTES:
@@ -172,6 +215,19 @@ class ChunkSettings:
     def min_size(self) -> int:
         """Effective min_tokens: seed 002 defaults it to a quarter of the size."""
         return self.size_tokens // 4 if self.min_tokens is None else self.min_tokens
+
+    @property
+    def fill_share(self) -> float:
+        """Share of the room a chunk must hold before a heading may end it.
+
+        Analysis: ``fill`` (default ``ANALYSIS_FILL``).  Retrieval: ``fill`` if given,
+        else ``min_size / size_tokens`` (seed 002's rule, counted on the chunk's own text).
+        """
+        if self.fill is not None:
+            return float(self.fill)
+        if self.purpose == "analysis":
+            return ANALYSIS_FILL
+        return self.min_size / self.size_tokens
 
     @property
     def max_bytes(self) -> int:
@@ -196,6 +252,7 @@ class ChunkSettings:
             "min_tokens": self.min_size, "overlap": self.overlap,
             "bytes_per_token": repr(float(self.bytes_per_token)),
             "carry_heading": bool(self.carry_heading),
+            "purpose": self.purpose, "fill": repr(self.fill_share),
         }, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -236,6 +293,12 @@ class Chunk:
     tokens: int
     id: str
     fingerprint: str       # settings fingerprint (chunker + version + settings)
+    # heading path of every section whose text the chunk holds, in order (the first is
+    # ``heading_path``; an empty path is text before the first heading)
+    sections: tuple[tuple[str, ...], ...] = ()
+    # 1-based lines of doc.text that the chunk's own part [body_start, end) spans
+    first_line: int = 0
+    last_line: int = 0
 
 
 @dataclass(frozen=True)
@@ -248,6 +311,7 @@ class ChunkPlan:
     tokens: int
     size_tokens: int
     largest_tokens: int
+    chunk_tokens: tuple[int, ...] = ()     # estimated tokens of each chunk's text
 
     @property
     def summary(self) -> str:
@@ -267,6 +331,7 @@ class _Span(NamedTuple):
     heading_path: tuple[str, ...]
     kind: str
     nbytes: int
+    sections: tuple[tuple[str, ...], ...]
 
 
 # ---------------------------------------------------------------- regexes
@@ -300,9 +365,22 @@ _SRC_ARROW = (r"(?:const|let|var)[ \t]+[\w$]+[ \t]*(?::[^=\n]*)?=[ \t]*(?:async[
 _SRC_CLIKE = (r"(?!(?:return|else|if|for|while|switch|case|do|goto|throw|new|delete|"
               r"await|yield|sizeof|typeof|echo|print|not|and|or|in|is)\b)"
               r"(?:[\w:<>,\[\]*&~]++[ \t*&]++)++[\w:~]++[ \t]*\(")
+_SRC_SIGNATURE = r"(?:" + _SRC_KW + "|" + _SRC_ARROW + "|" + _SRC_CLIKE + r")"
+# A unit starts at a *top-level* signature: a blank line, comment/decorator lines, then a
+# signature at column 0.  Nested definitions (methods, inner functions) do not start units,
+# so a small top-level definition is one unit and is never split; a top-level definition
+# larger than a chunk is cut preferably before a nested one (_CUT_SIG).
 _SRC_BOUNDARY = re.compile(          # one blank line per try: linear on long blank runs
-    r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"[ \t]*+" + _SRC_MODS
-    + r"(?:" + _SRC_KW + "|" + _SRC_ARROW + "|" + _SRC_CLIKE + r"))", re.M)
+    r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"(?:typedef[ \t]+)?" + _SRC_MODS + _SRC_SIGNATURE + ")",
+    re.M)
+_SRC_NESTED = r"\n[ \t]*\n(?=" + _SRC_COMMENTS + r"[ \t]*+" + _SRC_MODS + _SRC_SIGNATURE + ")"
+# String and comment openers, to find triple-quoted strings and block comments: their
+# lines never start a unit (a "def" line in a docstring is text, not a definition).
+_SRC_SKIP = r"""#[^\n]*+|//[^\n]*+|"(?:[^"\\\n]|\\.)*+"|'(?:[^'\\\n]|\\.)*+'"""
+_SRC_TRIPLE = (r'"""(?:[^"\\]|\\.|"(?!""))*+(?:"""|\Z)'
+               r"|'''(?:[^'\\]|\\.|'(?!''))*+(?:'''|\Z)")
+_SRC_SCAN = re.compile(r"(?P<multi>" + _SRC_TRIPLE + r"|/\*(?:[^*]|\*(?!/))*+\*/)|" + _SRC_SKIP)
+_SRC_SCAN_NO_BLOCK = re.compile(r"(?P<multi>" + _SRC_TRIPLE + r")|" + _SRC_SKIP)
 
 
 def _last(pattern: str) -> re.Pattern:
@@ -315,19 +393,40 @@ def _last(pattern: str) -> re.Pattern:
 
 
 _CUT_PARA = _last(r"\n[ \t]*\n\s*")
+_CUT_SENT_EOL = _last(r"[.!?\u2026][\"'\u201d\u2019)\]]*[ \t]*\n")
 _CUT_ITEM = _last(r"\n(?=[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t])")
 _CUT_SENT = _last(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _CUT_LINE = _last(r"\n")
 _CUT_CLAUSE = _last(r"[,;:][\"'\u201d\u2019)\]]*\s+|\s[-\u2013\u2014]{1,2}\s+")
 _CUT_WORD = _last(r"\s+")
+_CUT_SIG = _last(_SRC_NESTED)
+# A top-level statement starts after a blank line at column 0 (not a closing bracket, not
+# a continuation such as else/except or #else/#endif): never inside an indented body.
+_SRC_STMT = (r"\n[ \t]*\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
+             r"|#[ \t]*(?:else|elif|endif)\b)")
+_CUT_STMT = _last(_SRC_STMT)
+_SRC_COL0 = (r"\n(?=[A-Za-z_$@#/\"'*])(?!(?:else|elif|except|finally|catch)\b"
+             r"|#[ \t]*(?:else|elif|endif)\b)")
+_CUT_COL0 = _last(_SRC_COL0)
+_FWD_TOP = re.compile(_SRC_STMT + "|" + _SRC_COL0)
+_PREPROC = re.compile(r"#[ \t]*(?:define|undef|include|if|ifdef|ifndef|elif|else|endif|pragma|"
+                      r"error|warning|line)\b")
+_FWD_STMT = re.compile(_SRC_STMT)
 _FWD_SENT = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]\s*")
 _FWD_PARA = re.compile(r"\n[ \t]*\n\s*")
 _LAST_TR = re.compile(r"(?s:.*)(?=<tr[\s>])", re.I)
 
-_TEXT_LEVELS = (_CUT_PARA, _CUT_SENT, _CUT_LINE, _CUT_CLAUSE, _CUT_WORD)
+_TEXT_LEVELS = (_CUT_PARA, _CUT_SENT_EOL, _CUT_LINE, _CUT_SENT, _CUT_CLAUSE, _CUT_WORD)
 _LIST_LEVELS = (_CUT_ITEM,) + _TEXT_LEVELS
 _CODE_LEVELS = (_CUT_PARA, _CUT_LINE, _CUT_WORD)
+_SRC_LEVELS = (_CUT_STMT, _CUT_SIG, _CUT_COL0) + _CODE_LEVELS
+# Source cuts at the start of a statement: never taken inside a string or block comment.
+_SRC_STRUCT = frozenset({_CUT_STMT, _CUT_SIG, _CUT_COL0, _CUT_PARA})
 _WORD_LEVELS = (_CUT_WORD,)
+# Levels that cut inside a line: used only where the line itself is larger than a chunk.
+_MIDLINE = frozenset({_CUT_SENT, _CUT_CLAUSE, _CUT_WORD})
+# Levels that keep whole lines, for filling the rest of an analysis chunk with part of a unit.
+_FILL_LEVELS = (_CUT_PARA, _CUT_ITEM, _CUT_SENT_EOL, _CUT_LINE)
 
 
 # ---------------------------------------------------------------- kinds
@@ -770,27 +869,78 @@ def _text_units(t: str, markdown: bool) -> Iterator[tuple]:
         yield from _region_units(t, pos, len(t), markdown)
 
 
-def _source_units(t: str) -> Iterator[tuple]:
-    """Unit starts for source: a blank line followed by a signature (seed 000)."""
+def _quoted_regions(t: str) -> list[tuple[int, int]]:
+    """[start, end) of multi-line triple-quoted strings and block comments in source.
+
+    One regex pass (the loop runs per string or comment, not per character): ``#`` and
+    ``//`` comments and one-line strings are matched too, so a quote inside them opens
+    nothing.  An unclosed triple quote runs to the end of the text; an unclosed ``/*`` is
+    not a comment.
+    """
+    if '"""' not in t and "'''" not in t and "/*" not in t:
+        return []
+    scanner = _SRC_SCAN if "*/" in t else _SRC_SCAN_NO_BLOCK
+    out = []
+    for m in scanner.finditer(t):
+        if m.lastgroup == "multi":
+            s, e = m.span()
+            if t.find("\n", s, e) >= 0:
+                out.append((s, e))
+    return out
+
+
+def _source_units(t: str, regions: list[tuple[int, int]] | None = None) -> Iterator[tuple]:
+    """Unit starts for source: a blank line followed by a top-level signature (seed 000),
+    never inside a triple-quoted string or a block comment."""
     yield (0, _B, None)
+    regions = _quoted_regions(t) if regions is None else regions
+    starts = [r[0] for r in regions]
     for m in _SRC_BOUNDARY.finditer(t):
-        yield (m.end(), _B, None)
+        p = m.end()
+        i = bisect.bisect_right(starts, p) - 1
+        if i >= 0 and regions[i][0] < p < regions[i][1]:
+            continue
+        yield (p, _B, None)
 
 
-def _units(doc_text: str, kind: str) -> Iterator[tuple]:
-    """Tiled units for a document kind."""
+def _units(doc_text: str, kind: str, regions: list[tuple[int, int]] | None = None) -> Iterator[tuple]:
+    """Tiled units for a document kind (``regions``: source strings/comments, if known)."""
     if kind == "source":
-        return _tile(_source_units(doc_text), len(doc_text))
+        return _tile(_source_units(doc_text, regions), len(doc_text))
     tiled = _tile(_text_units(doc_text, kind != "prose"), len(doc_text))
     return _with_captions(doc_text, tiled)
 
 
 # ---------------------------------------------------------------- packing
 
+class _Peek:
+    """An iterator with look-ahead (a deque holds what was peeked, at most a chunk's units)."""
+
+    def __init__(self, it: Iterable[tuple]) -> None:
+        self.it = iter(it)
+        self.buf: collections.deque = collections.deque()
+
+    def __iter__(self) -> "_Peek":
+        return self
+
+    def __next__(self) -> tuple:
+        return self.buf.popleft() if self.buf else next(self.it)
+
+    def peek(self, i: int) -> tuple | None:
+        """The unit i places ahead (0: the next one), or None past the end."""
+        while len(self.buf) <= i:
+            try:
+                self.buf.append(next(self.it))
+            except StopIteration:
+                return None
+        return self.buf[i]
+
+
 class _Packer:
     """Greedy packer over tiled units; keeps byte counts so sizes are exact."""
 
-    def __init__(self, text: str, settings: ChunkSettings, code_doc: bool) -> None:
+    def __init__(self, text: str, settings: ChunkSettings, code_doc: bool,
+                 regions: list[tuple[int, int]] | None = None) -> None:
         """State of the one open chunk (``c_*``) plus the heading stack."""
         self.t = text
         self.ascii = text.isascii()
@@ -800,8 +950,15 @@ class _Packer:
         self.overlap = settings.overlap
         self.carry = settings.carry_heading
         self.code_doc = code_doc
+        self.overlap_share = ANALYSIS_OVERLAP_SHARE if settings.purpose == "analysis" else OVERLAP_SHARE
+        self.regions = (_quoted_regions(text) if regions is None else regions) if code_doc else []
+        self.region_starts = [r[0] for r in self.regions]
+        self.analysis = settings.purpose == "analysis"
+        self.fill_bytes = math.ceil(settings.fill_share * self.budget)
+        self.explicit_fill = settings.fill is not None
         self.spans: list[_Span] = []
         self.headings: list[tuple[int, str, int, int]] = []
+        self.hgen = 0                    # bumped on every heading: a new section began
         self.open = False
         self.prev: tuple | None = None   # body_start, end, last, kind, last_code
         self._reset(0, 0, "", 0, False)
@@ -848,15 +1005,22 @@ class _Packer:
         self.c_start, self.c_body, self.c_end = start, body, body
         self.c_prefix, self.c_fixed, self.c_own = prefix, fixed, 0
         self.c_table, self.c_code = table, True
-        self.c_last, self.c_last_code = body, False
+        self.c_last, self.c_last_code, self.c_last_table = body, False, False
         self.c_path = tuple(h[1] for h in self.headings)
+        self.c_sections = [self.c_path]
+        self.c_hgen = self.hgen
 
     def _append(self, a: int, b: int, nbytes: int, code: bool, last: int) -> None:
-        """Add t[a:b] to the open chunk's own part."""
+        """Add t[a:b] to the open chunk's own part (and note a section it enters)."""
         self.c_end = b
         self.c_own += nbytes
         self.c_code = self.c_code and code
-        self.c_last, self.c_last_code = last, code
+        self.c_last, self.c_last_code, self.c_last_table = last, code, False
+        if self.c_hgen != self.hgen:
+            self.c_hgen = self.hgen
+            path = tuple(h[1] for h in self.headings)
+            if path != self.c_sections[-1]:
+                self.c_sections.append(path)
 
     def _close(self) -> None:
         """Emit the open chunk as a span and remember it for the next overlap."""
@@ -867,8 +1031,11 @@ class _Packer:
             return
         kind = "table" if self.c_table else ("code" if self.c_code or self.code_doc else "text")
         self.spans.append(_Span(self.c_start, self.c_body, self.c_end, self.c_prefix,
-                                self.c_path, kind, self.c_fixed + self.c_own))
-        self.prev = (self.c_body, self.c_end, self.c_last, kind, self.c_last_code)
+                                self.c_path, kind, self.c_fixed + self.c_own,
+                                tuple(self.c_sections)))
+        # no overlap is carried out of a table (seed 002): a table row would start the text
+        self.prev = (self.c_body, self.c_end, self.c_last,
+                     "table" if self.c_last_table else kind, self.c_last_code)
 
     def _heading_prefix(self, ov: int) -> str:
         """The section's heading line, if the chunk starts after it (carried heading)."""
@@ -877,6 +1044,7 @@ class _Packer:
         _, _, hs, he = self.headings[-1]
         if hs >= ov:
             return ""
+        hs = _BLANKLINES.match(self.t, hs, he).end()   # a first unit owns leading blank lines
         prefix = self.t[hs:he] + "\n\n"
         return prefix if _utf8_len(prefix) <= self.budget // HEADING_SHARE else ""
 
@@ -906,7 +1074,7 @@ class _Packer:
         pb, pe, last, kind, last_code = self.prev
         if kind == "table" or pe != s:
             return s
-        cap = self.budget // OVERLAP_SHARE
+        cap = self.budget // self.overlap_share
         t = self.t
         if self.overlap == "paragraph" and self.nb(last, pe) <= cap:
             cand = last
@@ -958,16 +1126,113 @@ class _Packer:
         lim = self.within(a, e, room)
         if lim <= a:
             return None
+        long_line = self._long_line(lim, e)
         quarter = a + (lim - a) // 4
         best = None
+        src = levels is _SRC_LEVELS
+        floor = a
+        if src:            # a top-level statement that fits a chunk is never cut
+            ts = self._stmt_around(a, lim, e)
+            if ts is not None and ts < 0:
+                floor = -ts               # cut after its end
+            elif ts is not None:
+                if ts <= a:
+                    return None           # it starts here and fits only a fresh chunk
+                return ts                 # the last statement start in the window
         for level in levels:
-            m = level.match(self.t, a, lim)
-            if m is not None and m.end() > a:
-                if m.end() >= quarter:
-                    return m.end()
-                if best is None or m.end() > best:
-                    best = m.end()
+            if level in _MIDLINE and not long_line:
+                continue                  # never inside a line that fits a chunk
+            if src and level in _SRC_STRUCT:
+                end = self._src_match(level, a, lim)
+            else:
+                m = level.match(self.t, a, lim)
+                end = None if m is None else m.end()
+            if end is not None and end > floor:
+                if end >= quarter:
+                    return end
+                if best is None or end > best:
+                    best = end
         return best
+
+    def _in_region(self, p: int) -> int | None:
+        """Start of the triple-quoted string / block comment holding p, else None."""
+        i = bisect.bisect_right(self.region_starts, p) - 1
+        if i >= 0 and self.regions[i][0] < p < self.regions[i][1]:
+            return self.regions[i][0]
+        return None
+
+    def _src_match(self, level: re.Pattern, a: int, lim: int) -> int | None:
+        """The last cut of a structural source level in (a, lim] outside strings/comments."""
+        while lim > a:
+            m = level.match(self.t, a, lim)
+            if m is None or m.end() <= a:
+                return None
+            rs = self._in_region(m.end())
+            if rs is None:
+                return m.end()
+            lim = rs
+        return None
+
+    def _stmt_around(self, a: int, lim: int, e: int) -> int | None:
+        """Source: the last top-level statement that starts in the window [a, lim) and fits a
+        chunk.  Its start (with its decorator and comment lines) if the window ends inside
+        it; minus its text's end if it ends in the window; None if there is none."""
+        t = self.t
+        ts = self._src_match(_CUT_COL0, a, lim) or a
+        if ts == a and not (a == 0 or t[a - 1] == "\n"):
+            return None                   # a is inside a line: no statement starts here
+        h = ts
+        while h < lim and t.startswith(("@", "#", "//", "/*"), h) and not _PREPROC.match(t, h):
+            nl = t.find("\n", h, lim)
+            if nl < 0:
+                break
+            h = nl + 1                    # the statement proper starts after its header lines
+        end = self._top_end(h, e)
+        if end is None:
+            return None
+        if end <= lim:
+            return -end                   # it ends in the window: cut after it
+        # decorator lines just above belong to it; comment lines too, while it still fits
+        while ts > a:
+            p = t.rfind("\n", a, ts - 1) + 1
+            if p <= a and not (a == 0 or t[a - 1] == "\n"):
+                break
+            p = max(p, a)
+            deco = t.startswith("@", p)
+            if not (deco or t.startswith(("#", "//"), p)) or _PREPROC.match(t, p):
+                break
+            if not deco and self.nb(p, end) > self.budget:
+                break
+            ts = p
+        return ts if self.nb(ts, end) <= self.budget else None
+
+    def _top_end(self, a: int, e: int) -> int | None:
+        """Source: where the text of the top-level statement (definition) that starts at a
+        ends (before the next line at column 0 outside strings and comments), if that is
+        within a chunk of a; else None."""
+        n = len(self.t)
+        lim = self.within(a, n, self.budget)
+        hi = min(n, lim + self.budget)            # far enough to see past blank lines
+        for m in _FWD_TOP.finditer(self.t, a + 1, hi):
+            if self._in_region(m.end()) is None:
+                ce = self._content_end(a, m.end())
+                return ce if ce <= lim else None
+        if hi < n:
+            return None
+        ce = self._content_end(a, n)
+        return ce if ce <= lim else None
+
+    def _long_line(self, p: int, e: int) -> bool:
+        """True if the line holding offset p is larger than a chunk (so it must be cut
+        inside).  Looks at most a chunk's length either way."""
+        t, w = self.t, self.budget + 1
+        lo = t.rfind("\n", max(0, p - w), p)
+        if lo < 0 and p - w > 0:
+            return True
+        hi = t.find("\n", p, min(e, p + w))
+        if hi < 0 and p + w < e:
+            return True
+        return self.nb(lo + 1, e if hi < 0 else hi) > self.budget
 
     def _content_end(self, s: int, e: int) -> int:
         """End of t[s:e] without trailing whitespace (looks only at the tail)."""
@@ -1009,15 +1274,59 @@ class _Packer:
             self._open(cut, rest - ws, False)
             a = cut
 
+    def _fill_cut(self, us: int, e: int) -> int | None:
+        """Analysis: where to cut a paragraph or list that fits a chunk but not the rest of
+        the open one, to fill it first; at a line end after the unit's first line, or None."""
+        if not self.open or self.c_fixed + self.c_own >= self.fill_bytes:
+            return None
+        lim = self.within(self.c_end, e, self.budget - self.c_fixed - self.c_own)
+        first = self.t.find("\n", us, lim)
+        if first < 0:
+            return None
+        best = None
+        for level in _FILL_LEVELS:
+            m = level.match(self.t, first, lim)
+            if m is not None and m.end() > first and (best is None or m.end() > best):
+                best = m.end()
+        return best if best is not None and best < e else None
+
+    def _src_fill_cut(self, us: int, e: int) -> int | None:
+        """Analysis: the last top-level statement start of a source unit that fits in the
+        room left (outside strings and block comments), to fill the open chunk; or None."""
+        if not self.open or self.c_fixed + self.c_own >= self.fill_bytes:
+            return None
+        lim = self.within(self.c_end, e, self.budget - self.c_fixed - self.c_own)
+        best = None
+        for m in _FWD_STMT.finditer(self.t, us + 1, lim):
+            p = m.end()
+            i = bisect.bisect_right(self.region_starts, p) - 1
+            if i < 0 or not self.regions[i][0] < p < self.regions[i][1]:
+                best = p
+        return best if best is not None and best < e else None
+
     def _place(self, s: int, us: int, e: int, typ: str) -> None:
         """Place a text/code unit (with pending headings from s) into chunks."""
         code = typ in (_C, _B) and s == us
         n = self.nb(s, e)
+        if self.open and self.analysis and self.c_own:
+            self.c_table = False                  # text joins a chunk that held a table
         if self.open and self.c_fixed + self.c_own + n <= self.budget:
             self._append(s, e, n, code, us)
             return
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         nc = n - ws                               # what must stay whole if it fits
+        if self.analysis and typ in (_P, _L, _B) and n <= self.budget:
+            cut = self._src_fill_cut(us, e) if typ == _B else self._fill_cut(us, e)
+            if cut is not None:                   # fill the open chunk with the unit's first part
+                piece = self.nb(s, cut)
+                self._append(s, cut, piece, code, us)
+                self._close()
+                rest = n - piece
+                self._open(cut, rest, False)
+                levels = (_SRC_LEVELS if typ == _B else _LIST_LEVELS if typ == _L
+                          else _TEXT_LEVELS)
+                self._split(cut, e, levels, code, rest, self.nb(self._content_end(cut, e), e))
+                return
         if s < us and nc > self.budget:
             nh = self.nb(s, us)
             if nc - nh <= self.budget:            # headings and unit cannot share a chunk
@@ -1028,8 +1337,8 @@ class _Packer:
                 self._close()
                 self._place(us, us, e, typ)
                 return
-        levels = _CODE_LEVELS if typ in (_C, _B) else (
-            _LIST_LEVELS if typ == _L else _TEXT_LEVELS)
+        levels = (_SRC_LEVELS if typ == _B else _CODE_LEVELS if typ == _C
+                  else _LIST_LEVELS if typ == _L else _TEXT_LEVELS)
         if (nc > self.budget and self.open
                 and self.budget - self.c_fixed - self.c_own >= self.budget // 4):
             self._split(s, e, levels, code, n, ws)     # too big anyway: fill this chunk
@@ -1067,7 +1376,7 @@ class _Packer:
     def _table_cut(self, a: int, e: int, room: int, lo: int, html: bool) -> int | None:
         """Where a row group ends; None asks for a bare group (no repeated header)."""
         cut = self._row_cut(a, e, room, lo, html)
-        if cut is None and self.c_fixed:
+        if cut is None and (self.c_fixed or self.c_own):
             return None
         if cut is None and lo > a + 1:            # caption + header too big: any line
             cut = self._row_cut(a, e, room, a + 1, html)
@@ -1076,34 +1385,54 @@ class _Packer:
         return cut
 
     def _table(self, s: int, ts: int, e: int, info: tuple) -> None:
-        """Emit a table alone; too large, it becomes row groups repeating the header."""
+        """Emit a table; too large, it becomes row groups repeating the header.
+
+        Retrieval (seed 002): the table is alone in its chunks.  Analysis: it joins the
+        open chunk when it fits, or when that chunk is not yet filled (then it is cut
+        between rows, the first group keeping at least one row), and the last group stays
+        open for the text after it.
+        """
         hdr, body, html = info
-        self._close()
         n = self.nb(s, e)
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         heading = "" if s < ts else self._heading_prefix(s)
         if _utf8_len(heading) + n - ws > self.budget:
             heading = ""
-        self._reset(s, s, heading, _utf8_len(heading), True)
-        self.open = True
         header = self.t[hdr:body].rstrip("\n") + "\n" if body > hdr else ""
         if _utf8_len(header) > self.budget // 2:
             header = ""
         a, lo, rest = s, body, n
+        used = self.c_fixed + self.c_own
+        if (self.analysis and self.open and self.c_own
+                and (used + n <= self.budget or used < self.fill_bytes)):
+            lo = body + 1                         # shares the open chunk
+        else:
+            self._close()
+            self._reset(s, s, heading, _utf8_len(heading), True)
+            self.open = True
         while True:
             room = self.budget - self.c_fixed - self.c_own
             if rest <= room:
                 self._append(a, e, rest, False, a)
-                self._close()
+                self.c_last_table = True
+                if not self.analysis:
+                    self._close()
                 return
             cut = (self.within(a, e, room) if rest - ws <= room
                    else self._table_cut(a, e, room, lo, html))
             if cut is None:
-                self._reset(a, a, "", 0, True)
+                if self.c_own:                    # no row fits the open chunk: start afresh
+                    self._close()
+                    self._reset(a, a, heading, _utf8_len(heading), True)
+                    lo = body
+                else:
+                    self._reset(a, a, "", 0, True)
+                self.open = True
                 continue
             piece = self.nb(a, cut)
             self._append(a, cut, piece, False, a)
-            self.c_table = cut > hdr              # heading/caption alone is not a table
+            self.c_last_table = True
+            self.c_table = self.c_table and cut > hdr     # heading/caption alone is not a table
             self._close()
             rest -= piece
             a, lo = cut, cut
@@ -1124,14 +1453,41 @@ class _Packer:
         while self.headings and self.headings[-1][0] >= level:
             self.headings.pop()
         self.headings.append((level, title, s, line_end))
+        self.hgen += 1
+
+    def _section_ends_chunk(self, units: "_Peek", s: int, e: int) -> bool:
+        """Does the heading at [s, e) end the open chunk?
+
+        Retrieval (seed 002): once the chunk's own text reaches min_tokens.  Analysis
+        (seed 000): only once the chunk holds ``fill`` of the room, and not even then
+        when the whole next section (up to the heading after its first content) still
+        fits in the room left: a section is then never cut for nothing.
+        """
+        used = self.c_fixed + self.c_own
+        if not (self.analysis or self.explicit_fill):
+            return math.ceil(self.c_own / self.bpt) >= self.min_size
+        if used < self.fill_bytes:
+            return False
+        if not self.analysis:
+            return True
+        need, room, content, i = self.nb(s, e), self.budget - used, False, 0
+        while need <= room:
+            u = units.peek(i)
+            if u is None or (u[2] == _H and content):
+                return False
+            content = content or u[2] != _H
+            need += self.nb(u[0], u[1])
+            i += 1
+        return True
 
     def run(self, units: Iterable[tuple]) -> list[_Span]:
         """Pack all units; returns spans in order."""
         pend = -1
+        units = _Peek(units)
         for s, e, typ, info in units:
             if typ == _H:
                 if pend < 0:
-                    if self.open and math.ceil(self.c_own / self.bpt) >= self.min_size:
+                    if self.open and self._section_ends_chunk(units, s, e):
                         self._close()
                     pend = s
                 self._push_heading(s, info)
@@ -1154,8 +1510,18 @@ def _spans(doc: Document) -> list[_Span]:
     """Spans of a document; empty or whitespace-only text gives none."""
     if _NONSPACE.search(doc.text) is None:
         return []
-    packer = _Packer(doc.text, doc.settings, doc.kind == "source")
-    return packer.run(_units(doc.text, doc.kind))
+    source = doc.kind == "source"
+    regions = _quoted_regions(doc.text) if source else []
+    packer = _Packer(doc.text, doc.settings, source, regions)
+    return packer.run(_units(doc.text, doc.kind, regions))
+
+
+def _content_end_of(t: str, s: int, e: int) -> int:
+    """End of t[s:e] without its trailing whitespace (a chunk's last line is its last text)."""
+    k = e
+    while k > s and t[k - 1] in " \t\n\r\f\v":
+        k -= 1
+    return k if k > s else e
 
 
 def chunk_document(doc: Document) -> list[Chunk]:
@@ -1163,14 +1529,19 @@ def chunk_document(doc: Document) -> list[Chunk]:
     t, bpt = doc.text, doc.settings.bytes_per_token
     sfp = doc.settings.fingerprint
     out = []
+    line, pos = 1, 0                      # line number at pos, counted once over the text
     for i, sp in enumerate(_spans(doc)):
+        line += t.count("\n", pos, sp.body_start)
+        first = line
+        last = first + t.count("\n", sp.body_start, _content_end_of(t, sp.body_start, sp.end))
+        line, pos = first + t.count("\n", sp.body_start, sp.end), sp.end
         body = t[sp.start:sp.end]
         out.append(Chunk(
             index=i, start=sp.start, body_start=sp.body_start, end=sp.end,
             text=sp.prefix + body if sp.prefix else body,
             heading_path=sp.heading_path, kind=sp.kind,
             tokens=math.ceil(sp.nbytes / bpt), id=f"{doc.fingerprint}-{i:04d}",
-            fingerprint=sfp))
+            fingerprint=sfp, sections=sp.sections, first_line=first, last_line=last))
     return out
 
 
@@ -1192,10 +1563,10 @@ def plan_document(doc: Document) -> ChunkPlan:
     """Count chunks without building their texts (cheap enough for the alert)."""
     spans = _spans(doc)
     bpt = doc.settings.bytes_per_token
-    largest = max((math.ceil(sp.nbytes / bpt) for sp in spans), default=0)
+    sizes = tuple(math.ceil(sp.nbytes / bpt) for sp in spans)
     return ChunkPlan(path=doc.path, kind=doc.kind, chunks=len(spans),
                      tokens=doc.tokens, size_tokens=doc.settings.size_tokens,
-                     largest_tokens=largest)
+                     largest_tokens=max(sizes, default=0), chunk_tokens=sizes)
 
 
 def plan_text(text: str, kind: str = "prose",
@@ -1208,3 +1579,92 @@ def plan_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
               kind: str | None = None) -> ChunkPlan:
     """plan_document for a file (raises ChunkingError like chunk_file)."""
     return plan_document(read_document(path, settings, kind))
+
+
+# ---------------------------------------------------------------- the map prompt (analysis)
+
+LABEL_MAX_BYTES = 300        # a chunk label never grows past this (it is budgeted as fixed)
+PATH_SEP = " › "
+SIBLING_SEP = " · "
+
+
+def _label_groups(sections: Iterable[tuple[str, ...]]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """Heading paths grouped by parent, in order: siblings share one ``A › B › x · y``."""
+    groups: list[tuple[tuple[str, ...], list[str]]] = []
+    for path in sections:
+        if not path:
+            continue
+        parent, leaf = path[:-1], path[-1]
+        if groups and groups[-1][0] == parent:
+            groups[-1][1].append(leaf)
+        else:
+            groups.append((parent, [leaf]))
+    return groups
+
+
+def _clip(text: str, nbytes: int) -> str:
+    """text cut to nbytes of UTF-8 (with an ellipsis when cut)."""
+    if _utf8_len(text) <= nbytes:
+        return text
+    return text.encode("utf-8")[: max(0, nbytes - 3)].decode("utf-8", "ignore") + "…"
+
+
+def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> str:
+    """The chunk's label for the map prompt: ``Chunk i of N`` plus, when the document has
+    headings, the heading path of every section the chunk holds, e.g.::
+
+        Chunk 3 of 12 (sections: fs › Promises API › filehandle.read() · filehandle.write(); fs › Callback API)
+
+    Sections that do not fit ``max_bytes`` (UTF-8) are left out with "… N more", so the label's
+    cost is bounded and can be reserved when chunks are sized (``map_prompt_overhead``).  A
+    chunk without headings (source code, plain prose) is labelled with its lines instead:
+    ``Chunk 3 of 12 (lines 120–245)``.
+    """
+    head = f"Chunk {chunk.index + 1} of {total}"
+    groups = _label_groups(chunk.sections or (chunk.heading_path,))
+    if not groups:
+        if chunk.first_line:
+            return f"{head} (lines {chunk.first_line}–{chunk.last_line})"
+        return head
+    room = max_bytes - _utf8_len(head) - len(" (sections: )")
+    left = sum(len(leaves) for _, leaves in groups)
+    reserve = len("; … 9999 more")
+    out = ""
+    for parent, leaves in groups:
+        prefix = ("; " if out else "") + "".join(p + PATH_SEP for p in parent)
+        piece = ""
+        for leaf in leaves:
+            add = (SIBLING_SEP if piece else prefix) + leaf
+            if _utf8_len(out + piece + add) + (reserve if left > 1 else 0) > room:
+                if not out and not piece:          # not even one section: clip it
+                    piece = _clip(add, room - reserve)
+                    left -= 1
+                out += piece
+                return f"{head} (sections: {out}{'; … %d more' % left if left else ''})"
+            piece += add
+            left -= 1
+        out += piece
+    return f"{head} (sections: {out})"
+
+
+def map_prompt(task: str, chunk: Chunk, total: int, reply_words: int | None = None) -> str:
+    """The user message of one map call (seed 000's layout, with the label and, when the
+    instruction allows a short answer, a length limit after the text, where a small model
+    still sees it)::
+
+        <task>\\n\\n---\\nChunk i of N (sections: ...):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
+    """
+    label = chunk_label(chunk, total)
+    body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
+    tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
+    return f"{task}\n\n---\n{label}:\n{body}{tail}"
+
+
+def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = None) -> str:
+    """The longest the map prompt is apart from the chunk text: a label of LABEL_MAX_BYTES and
+    the length line.  Estimate it with the system prompt to size chunks so every map request
+    fits the window whatever the chunk's sections."""
+    fake = Chunk(index=total - 1, start=0, body_start=0, end=0, text="\n", heading_path=(),
+                 kind="text", tokens=0, id="", fingerprint="")
+    base = map_prompt(task, fake, total, reply_words)
+    return base + "x" * (LABEL_MAX_BYTES - _utf8_len(f"Chunk {total} of {total}"))

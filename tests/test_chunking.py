@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:       # run from anywhere, app/ may be a namespace
     sys.path.insert(0, str(ROOT))
 
 from app.chunking import (  # noqa: E402
-    OVERLAP_SHARE, BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
+    ANALYSIS_OVERLAP_SHARE, OVERLAP_SHARE, BinaryDocumentError, ChunkingError, ChunkSettings, DocumentNotFoundError,
     chunk_document, chunk_file, chunk_text, estimate_tokens, html_to_text,
     kind_for_path, make_document, plan_file, plan_text,
 )
@@ -77,9 +77,11 @@ def check_invariants(doc, chunks, s: ChunkSettings, structure: dict | None = Non
         for line in prefix.split("\n"):
             if line:
                 assert t.rfind(line, 0, c.body_start) >= 0, (i, line)
-        if prefix and c.kind != "table":
-            assert prefix.endswith("\n\n") and c.heading_path
-            assert c.heading_path[-1] in prefix
+        if prefix and not prefix.startswith("|") and not prefix.startswith("<table"):
+            # a carried heading line (then maybe a repeated table header)
+            head = prefix.split("\n\n", 1)
+            assert len(head) == 2 and c.heading_path, (i, prefix)
+            assert c.heading_path[-1] in head[0]
         # 3. size, overlap and prefix included
         est = estimate_tokens(c.text, s.bytes_per_token)
         assert est == c.tokens
@@ -95,12 +97,15 @@ def check_invariants(doc, chunks, s: ChunkSettings, structure: dict | None = Non
         if x.isspace() or y.isspace() or x in "。！？" or (x == ">" and y == "<"):
             continue
         assert _word_is_huge(t, b, budget), f"cut inside a word at {b}: {t[b-20:b+20]!r}"
+        assert c.sections and c.sections[0] == c.heading_path
+        assert len(set(c.sections)) == len(c.sections)
     if structure:
-        _check_structure(t, chunks, budget, structure)
+        _check_structure(t, chunks, budget, structure, s.purpose)
 
 
-def _check_structure(t, chunks, budget, structure) -> None:
-    """Invariant 4 for rows and fences, and 'tables never mix with text'."""
+def _check_structure(t, chunks, budget, structure, purpose="retrieval") -> None:
+    """Invariant 4 for rows and fences; every part of a cut table starts with its header;
+    retrieval: 'tables never mix with text'."""
     bounds = [c.end for c in chunks[:-1]]
     for fs, fe in structure.get("fences", ()):
         if _utf8(t[fs:fe]) <= budget:
@@ -109,6 +114,21 @@ def _check_structure(t, chunks, budget, structure) -> None:
         if _utf8(t[rs:re_]) <= budget:
             assert not any(rs < b < re_ for b in bounds), ("cut in row", rs, re_)
     tables = structure.get("tables", ())
+    for ts, te in tables:
+        nl = t.find("\n", t.find("\n", ts) + 1)
+        header = t[ts:nl + 1]                     # header row + delimiter row
+        if _utf8(header) > budget // 2:
+            continue
+        for c in chunks:
+            row_end = t.find("\n", c.body_start)
+            row = t[c.body_start: len(t) if row_end < 0 else row_end + 1]
+            if nl < c.body_start < te and _utf8(header) + _utf8(row) <= budget:
+                assert header in c.text[: len(c.text) - (c.end - c.start)], ("no header", c.index)
+    if purpose == "analysis":
+        for c in chunks:
+            if c.kind == "table":
+                assert any(ts < c.end and c.body_start < te for ts, te in tables)
+        return
     for c in chunks:
         own = (c.body_start, c.end)
         hits = [(ts, te) for ts, te in tables if ts < own[1] and own[0] < te]
@@ -215,6 +235,8 @@ setting_st = st.builds(
     overlap=st.sampled_from(["paragraph", "sentence", "none"]),
     bytes_per_token=st.sampled_from([4.0, 3.1, 2.0]),
     carry_heading=st.booleans(),
+    purpose=st.sampled_from(["analysis", "retrieval"]),
+    fill=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 0.75, 1.0])),
 )
 
 HYP = hsettings(max_examples=150, deadline=None,
@@ -347,11 +369,14 @@ READMES = _readmes()
 
 @pytest.mark.parametrize("name,text", READMES, ids=[n for n, _ in READMES])
 @pytest.mark.parametrize("size", [120, 600, 1500])
-def test_invariants_readmes_with_tables(name, text, size):
-    s = ChunkSettings(size_tokens=size)
+@pytest.mark.parametrize("purpose", ["analysis", "retrieval"])
+def test_invariants_readmes_with_tables(name, text, size, purpose):
+    s = ChunkSettings(size_tokens=size, purpose=purpose)
     doc = make_document(text, "markdown", s)
     chunks = chunk_document(doc)
     check_invariants(doc, chunks, s)
+    if purpose == "analysis":
+        return
     if "|---" in text or "|:---" in text:
         assert any(c.kind == "table" for c in chunks)
     for c in chunks:   # no own part mixes a pipe table row with prose
@@ -398,7 +423,7 @@ def test_book_length_plain_text(tmp_path):
     assert len(full) >= 0.9 * (len(chunks) - 1)
     # paragraph overlap: each chunk starts with the previous chunk's last paragraph,
     # or, when that paragraph is over the overlap cap, with its last sentences
-    cap = s.max_bytes // OVERLAP_SHARE
+    cap = s.max_bytes // (ANALYSIS_OVERLAP_SHARE if s.purpose == "analysis" else OVERLAP_SHARE)
     for prev, c in zip(chunks, chunks[1:]):
         assert c.start < c.body_start
         last_paragraph = doc.text.rfind("\n\n", prev.body_start, prev.end - 2) + 2
@@ -489,7 +514,7 @@ def test_pack_until_size_and_paragraph_boundaries():
 
 
 def test_merge_small_sections():
-    s = ChunkSettings(size_tokens=200, overlap="none")
+    s = ChunkSettings(size_tokens=200, overlap="none", purpose="retrieval")
     text = "".join(f"## S{i}\n\nShort line {i}.\n\n" for i in range(20))
     chunks = chunk_text(text, "markdown", s)
     assert len(chunks) < 10
@@ -498,7 +523,8 @@ def test_merge_small_sections():
     # big enough sections start new chunks at their heading
     body = "Some words here. " * 30
     text = "".join(f"## S{i}\n\n{body}\n\n" for i in range(6))
-    chunks = chunk_text(text, "markdown", ChunkSettings(size_tokens=300, overlap="none"))
+    chunks = chunk_text(text, "markdown", ChunkSettings(size_tokens=300, overlap="none",
+                                                       purpose="retrieval"))
     for c in chunks:
         assert text[c.body_start:].startswith("## S")
     assert [c.heading_path for c in chunks] == [(f"S{i}",) for i in range(6)]
@@ -522,19 +548,22 @@ def test_overlap_modes():
     paras = ["First sentence of %d. Second sentence of %d." % (i, i) for i in range(60)]
     text = "\n\n".join(paras)
     for mode in ("paragraph", "sentence", "none"):
-        s = ChunkSettings(size_tokens=200, overlap=mode)
-        chunks = chunk_text(text, "prose", s)
-        check_invariants(make_document(text, "prose", s), chunks, s)
-        for prev, c in zip(chunks, chunks[1:]):
-            carried = text[c.start:c.body_start]
-            if mode == "none":
-                assert carried == ""
-            elif mode == "paragraph":
+        for purpose, size in (("retrieval", 200), ("analysis", 200), ("analysis", 400)):
+            s = ChunkSettings(size_tokens=size, overlap=mode, purpose=purpose)
+            cap = s.max_bytes // (OVERLAP_SHARE if purpose == "retrieval" else ANALYSIS_OVERLAP_SHARE)
+            chunks = chunk_text(text, "prose", s)
+            check_invariants(make_document(text, "prose", s), chunks, s)
+            for prev, c in zip(chunks, chunks[1:]):
+                carried = text[c.start:c.body_start]
                 last_para = text[prev.body_start:prev.end].rstrip().split("\n\n")[-1]
-                assert carried.rstrip() == last_para
-            else:
-                assert carried.startswith("Second sentence of")
-            assert c.text.startswith(carried) and c.tokens <= 200
+                assert len(carried.encode()) <= cap
+                if mode == "none":
+                    assert carried == ""
+                elif mode == "paragraph" and len(last_para) + 2 <= cap:
+                    assert carried.rstrip() == last_para
+                else:       # the last sentence (a paragraph over the cap shrinks to it)
+                    assert carried.startswith("Second sentence of")
+                assert c.text.startswith(carried) and c.tokens <= size
 
 
 def test_overlap_never_forces_a_cut():
@@ -550,7 +579,7 @@ def test_tables_alone_and_row_groups():
     rows = "\n".join(f"| r{i} | {'v' * 20} |" for i in range(200))
     text = ("Intro paragraph.\n\nTable 7: widths\n| name | value |\n|---|---|\n" + rows
             + "\n\nAfter paragraph.\n")
-    s = ChunkSettings(size_tokens=200)
+    s = ChunkSettings(size_tokens=200, purpose="retrieval")
     doc = make_document(text, "markdown", s)
     chunks = chunk_document(doc)
     check_invariants(doc, chunks, s)
@@ -563,7 +592,8 @@ def test_tables_alone_and_row_groups():
     assert chunks[0].kind == "text" and "| name" not in chunks[0].text
     assert chunks[-1].kind == "text" and chunks[-1].start == chunks[-1].body_start
     small = "Para.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nPara two."
-    kinds = [c.kind for c in chunk_text(small, "markdown", ChunkSettings(size_tokens=500))]
+    kinds = [c.kind for c in chunk_text(small, "markdown",
+                                        ChunkSettings(size_tokens=500, purpose="retrieval"))]
     assert kinds == ["text", "table", "text"]
 
 
@@ -654,11 +684,13 @@ def test_html_extraction_and_tables(tmp_path):
     assert "- one\n- two" in text and "```\ncode\n  kept\n```" in text
     path = tmp_path / "r.html"
     path.write_text(HTML)
-    s = ChunkSettings(size_tokens=40)
-    doc, chunks = chunk_file(path, s)
-    assert doc.kind == "html" and doc.text == text
-    check_invariants(doc, chunks, s)
-    assert any(c.kind == "table" and "| c | 2 |" in c.text for c in chunks)
+    for purpose in ("retrieval", "analysis"):
+        s = ChunkSettings(size_tokens=40, purpose=purpose)
+        doc, chunks = chunk_file(path, s)
+        assert doc.kind == "html" and doc.text == text
+        check_invariants(doc, chunks, s)
+        kinds = ("table",) if purpose == "retrieval" else ("table", "text")
+        assert any(c.kind in kinds and "| c | 2 |" in c.text for c in chunks)
 
 
 def test_html_odd_input():

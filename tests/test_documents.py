@@ -117,7 +117,7 @@ def test_word_headings_become_the_heading_path_and_tables_stay_whole(tmp_path):
     assert "| Quarter | Revenue |\n|---|---|\n| Q1 | 10 |" in extracted.text
     assert "\\# not a heading" in extracted.text                 # body text is never read as structure
     doc = chunking.read_document(tmp_path / "report.docx", chunking.ChunkSettings(size_tokens=64))
-    paths = {c.heading_path for c in chunking.chunk_document(doc)}
+    paths = {path for c in chunking.chunk_document(doc) for path in (c.heading_path, *c.sections)}
     assert ("Annual report", "Finance") in paths and ("Annual report", "Staff") in paths
 
 
