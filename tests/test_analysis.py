@@ -11,6 +11,7 @@ import pytest
 
 from fountain import FountainParser
 
+from app.analysis.store import JobStore
 from app.sessions import fountain
 from app.budget import estimate_messages
 from conftest import make_config
@@ -64,11 +65,30 @@ def session_text(live, name):
     return (live.services.store.folder / f"{name}.spmd").read_text()
 
 
-def wait_state(live, job, states, timeout=20):
+def wait_for(predicate, timeout=30.0, what="the condition"):
+    """Poll ``predicate`` until it is true; fail (never hang) after ``timeout`` seconds.
+
+    A local helper (tests/waiting.py's ``wait_until`` comes on another branch). The
+    deadline is generous: it only bounds a broken run, it does not time the code.
+    """
     deadline = time.monotonic() + timeout
-    while job.state not in states and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert job.state in states, job.state
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def wait_state(live, job, states, timeout=30):
+    wait_for(lambda: job.state in states, timeout, f"job state in {states} (it is {job.state})")
+
+
+def wait_settled(live, job, timeout=30):
+    """The job's outcome is in the session file and the runner has let it go."""
+    wait_for(lambda: job.state in ("done", "dropped", "declined", "discarded")
+             and job.id not in live.services.jobs.jobs, timeout, f"job settled (it is {job.state})")
 
 
 def test_overflow_shows_the_card_and_sends_nothing(setup):
@@ -90,9 +110,7 @@ def test_small_file_is_read_into_the_chat(setup):
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "What does small.md say?"})
     job = live.services.replies.current(name)
-    deadline = time.monotonic() + 5
-    while not job.finished and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: job.finished, what="the reply")
     prompt = scripted.chats()[0].body["messages"][-1]["content"]
     assert '<file name="small.md">' in prompt and "A short note about the Pi." in prompt
 
@@ -146,10 +164,7 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     assert ("TINY", "SYNTHESIZED: the methodology is a three-phase experiment.") in dialogue
     # the next turn carries the synthesized answer in its history, not the file
     live.post(f"/s/{name}/messages", data={"message": "thanks"})
-    deadline = time.monotonic() + 5
-    while len(scripted.chats()) == len(chats) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)
+    wait_for(lambda: len(scripted.chats()) > len(chats), what="the next turn's request")
     history = scripted.chats()[-1].body["messages"]
     assert history[1]["content"] == "Summarize big.md" and history[2]["content"].startswith("SYNTHESIZED")
     assert all(PARAGRAPH not in m["content"] for m in history)
@@ -238,24 +253,18 @@ def test_cancel_closes_the_request_in_flight_then_synthesize_or_drop(setup):
     scripted.script = long_maps
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.")
-    deadline = time.monotonic() + 10
-    while job.done_count < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)                                           # well inside the third chunk's request
+    wait_for(lambda: job.done_count >= 2 and len(scripted.chats()) >= 3, what="the third chunk's request")
     requests_before = len(scripted.chats())
-    cancelled_at = time.monotonic()
-    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
-    wait_state(live, job, ("choose",), timeout=2)
-    assert time.monotonic() - cancelled_at < 1.0
     in_flight = scripted.chats()[-1]
-    assert in_flight.finished.wait(2) and in_flight.disconnected
-    time.sleep(0.3)
-    assert len(scripted.chats()) == requests_before           # no new chunk started
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_state(live, job, ("choose",))
+    assert in_flight.finished.wait(10) and in_flight.disconnected   # closed, not read to its end
+    assert len(scripted.chats()) == requests_before           # no new chunk started (the state is final)
     html = live.get(f"/s/{name}").text
     assert "Synthesize the partial answers" in html and "Drop them" in html
     done = job.done_count
     html = live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "yes"}).text
-    wait_state(live, job, ("done",), timeout=10)
+    wait_settled(live, job)
     synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
     assert synthesis.count("[Chunk ") == done and "no answer" in synthesis
     text = session_text(live, name)
@@ -267,12 +276,12 @@ def test_drop_after_cancel_records_a_cancelled_scene_and_no_answer(setup):
     scripted.script = slow_maps(0.05)
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.")
-    while job.done_count < 1:
-        time.sleep(0.01)
+    wait_for(lambda: job.done_count >= 1, what="one chunk")
     live.post(f"/s/{name}/analysis/{job.id}/cancel")
     wait_state(live, job, ("choose",))
     live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "no"})
     assert job.state == "dropped"
+    wait_settled(live, job)
     turns = fountain.turns(fountain.loads(session_text(live, name)))
     assert turns[0].reply is None and turns[0].analysis.synthesis == "cancelled"
 
@@ -337,10 +346,9 @@ def test_restart_mid_run_resumes_without_repeating_finished_chunks(tmp_path, scr
     first = make_live(config)
     name = first.open_session()
     job, _ = start_job(first, name, "Summarize.")
-    while job.done_count < 3:
-        time.sleep(0.01)
+    wait_for(lambda: job.done_count >= 3, what="three chunks")
     first.close()                                   # the server goes away mid-run
-    wait_state(first, job, ("choose", "running", "cancelling", "synthesizing"), timeout=2)
+    wait_state(first, job, ("interrupted",))
     finished = {i for i, r in job.results.items() if r.status == "ok"}
     second = make_live(config)
     resumed = second.services.jobs.get(job.id)
@@ -353,8 +361,8 @@ def test_restart_mid_run_resumes_without_repeating_finished_chunks(tmp_path, scr
     assert resumed.state == "done"
     redone = [int(m.group(1)) - 1 for c in scripted.chats()[before:]
               if (m := re.search(r"\nChunk (\d+) of \d+:\n", c.body["messages"][-1]["content"]))]
-    assert not set(redone) & set(resumed.results.keys()) - set(redone)
-    assert not set(redone) & finished
+    assert len(redone) == len(set(redone))          # no chunk asked twice
+    assert not set(redone) & finished               # no finished chunk redone
     assert sorted(redone + sorted(finished)) == list(range(resumed.chunks))
 
 
@@ -365,8 +373,7 @@ def test_resume_refuses_a_changed_file(tmp_path, scripted, make_live):
     first = make_live(config)
     name = first.open_session()
     job, _ = start_job(first, name, "Summarize.")
-    while job.done_count < 2:
-        time.sleep(0.01)
+    wait_for(lambda: job.done_count >= 2, what="two chunks")
     first.close()
     big.write_text(big_markdown() + "\nA new paragraph.\n")
     second = make_live(config)
@@ -401,7 +408,7 @@ def test_finished_jobs_leave_no_files_and_a_decided_answer_survives_a_crash(tmp_
     assert job.state == "done" and not (jobs_dir / job.id).exists()
     # a crash after the answer was decided but before it reached the session file
     text_before = session_text(live, name)
-    live.services.jobs.store.save(job)
+    JobStore(jobs_dir).save(job)                           # job.json as the crash left it
     path = live.services.store.folder / f"{name}.spmd"
     play = fountain.loads(text_before)
     del play.scenes[-2:]                                   # the analysis scene and the answer, not yet written
@@ -429,8 +436,8 @@ def test_one_job_at_a_time_the_next_waits_and_says_so(setup):
     second_session = live.services.store.create("tiny:1b").name
     second, html = start_job(live, second_session, "Summarize too.")
     assert second.state == "queued" and "Waiting for another analysis to finish" in html
-    wait_state(live, first, ("done",), timeout=60)
-    wait_state(live, second, ("done",), timeout=60)
+    wait_settled(live, first, timeout=60)
+    wait_settled(live, second, timeout=60)
     chats = scripted.chats()
     firsts = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize.\n")]
     seconds = [i for i, c in enumerate(chats) if c.body["messages"][-1]["content"].startswith("Summarize too.")]
