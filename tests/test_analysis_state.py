@@ -542,3 +542,18 @@ def job_module_keep():
     from app.analysis.runner import KEEP_SETTLED
 
     return KEEP_SETTLED
+
+
+def test_a_job_whose_session_was_deleted_while_the_server_was_down_is_discarded_at_start(tmp_path, scripted,
+                                                                                          make_live):
+    scripted.script = map_or_reduce
+    config = big_file_config(tmp_path, scripted)
+    first = make_live(config)
+    name = first.open_session()
+    first.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = first.services.jobs.open_for(name)
+    first.close()
+    (first.services.store.folder / f"{name}.spmd").unlink()      # gone while the server was down
+    second = make_live(config)
+    assert second.services.jobs.find(job.id) is None or second.services.jobs.find(job.id).state == "discarded"
+    assert second.services.jobs.jobs == {} and not job_dir(second, job).exists()

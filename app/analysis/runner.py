@@ -86,10 +86,12 @@ class JobRunner:
         for job in self.store.load_all():
             self.jobs[job.id] = job
             self.logs[job.id] = EventLog()
-            if job.state in ACTIVE:
-                self.transition(job, "interrupted", message=self._stopped_message(job))
-            elif job.state in SETTLED:
+            if job.state in SETTLED:
                 self._recover(job)      # a crash came between the decision and the record
+            elif not self.svc.store.exists(job.session):
+                self.discard(job)       # stale: its session was deleted while the server was down
+            elif job.state in ACTIVE:
+                self.transition(job, "interrupted", message=self._stopped_message(job))
 
     def transition(self, job: Job, new_state: str, **changes) -> Job:
         """The one way a job's state changes: checked by job.TRANSITIONS, applied and saved under the lock."""
