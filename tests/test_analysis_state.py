@@ -557,3 +557,24 @@ def test_a_job_whose_session_was_deleted_while_the_server_was_down_is_discarded_
     second = make_live(config)
     assert second.services.jobs.find(job.id) is None or second.services.jobs.find(job.id).state == "discarded"
     assert second.services.jobs.jobs == {} and not job_dir(second, job).exists()
+
+
+def test_a_message_after_a_read_chunks_card_declines_that_card_in_its_own_turn(app):
+    live, scripted = app
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "hello first"})
+    reply = live.services.replies.current(name)
+    wait_for(lambda: reply.finished, what="the first reply")
+    wait_for(lambda: fountain.turns(fountain.loads(session_text(live, name)))[0].reply, what="the reply recorded")
+    live.post(f"/s/{name}/analysis/direct", data={"file": "big.md"})
+    job = live.services.jobs.open_for(name)
+    assert job.turn == 1 and job.state == "proposed"
+    live.post(f"/s/{name}/messages", data={"message": "never mind, another question"})
+    wait_settled(live, job)
+    assert job.state == "declined"
+    wait_for(lambda: len(fountain.turns(fountain.loads(session_text(live, name)))) == 3, what="the third turn")
+    turns = fountain.turns(fountain.loads(session_text(live, name)))
+    assert [t.user_text for t in turns] == ["hello first", "/read-chunks big.md", "never mind, another question"]
+    assert any("chunk analysis declined" in n for n in turns[1].notes)
+    assert not any("chunk analysis declined" in n for n in turns[0].notes + turns[2].notes)
+    assert turns[0].reply                                          # the first reply is untouched

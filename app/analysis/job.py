@@ -131,6 +131,11 @@ class Job:
         return sum(1 for i in range(self.total) if (r := self.results.get(i)) is not None and r.status == "ok")
 
     @property
+    def processed(self) -> int:
+        """Chunks run so far, with an answer or an error (the progress bar)."""
+        return sum(1 for i in range(self.total) if i in self.results)
+
+    @property
     def error_count(self) -> int:
         return sum(1 for i in range(self.total) if (r := self.results.get(i)) is not None and r.status != "ok")
 
@@ -144,7 +149,7 @@ class Job:
         """Time left, from the chunks done so far (or the model's measured speed)."""
         timed = [r.seconds for r in self.results.values() if r.status == "ok" and r.seconds]
         per = sum(timed) / len(timed) if timed else self.seconds_per_chunk
-        return per * (self.total - self.done_count) if per else None
+        return per * (self.total - self.processed) if per else None
 
     def public(self) -> dict:
         data = dataclasses.asdict(self)

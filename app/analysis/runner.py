@@ -324,6 +324,8 @@ class JobRunner:
                     self._fail(job, f"The analysis failed: {_one_line(exc)}")
                 except InvalidTransition:
                     pass
+                except Exception:     # e.g. the disk is full: job.json cannot be saved either
+                    log.exception("analysis %s: the failure could not be saved", job.id)
             finally:
                 with self._lock:
                     self._stream = None
