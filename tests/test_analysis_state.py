@@ -578,3 +578,31 @@ def test_a_message_after_a_read_chunks_card_declines_that_card_in_its_own_turn(a
     assert any("chunk analysis declined" in n for n in turns[1].notes)
     assert not any("chunk analysis declined" in n for n in turns[0].notes + turns[2].notes)
     assert turns[0].reply                                          # the first reply is untouched
+
+
+def test_ollama_lost_during_the_synthesis_then_retry_runs_only_the_synthesis(app):
+    live, scripted = app
+
+    def slow_synthesis(body):
+        reply = map_or_reduce(body)
+        if not is_map_body(body):
+            reply.token_delay, reply.piece_size = 0.05, 2
+        return reply
+
+    scripted.script = slow_synthesis
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    wait_state(job, "synthesizing")
+    wait_for(lambda: len(reduces(scripted)) == 1, what="the synthesis request")
+    scripted.kill()
+    wait_state(job, "interrupted")
+    assert "during the synthesis" in job.message and job.done_count == job.chunks
+    page = live.get(f"/s/{name}").text
+    assert "Retry the synthesis" in page and "Resume from chunk" not in page
+    maps = len(scripted.map_requests())
+    scripted.revive()
+    live.post(f"/s/{name}/analysis/{job.id}/resume")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    wait_settled(live, job)
+    assert job.state == "done" and len(scripted.map_requests()) == maps == job.chunks   # no chunk redone
+    assert len(reduces(scripted)) == 2
