@@ -606,3 +606,22 @@ def test_ollama_lost_during_the_synthesis_then_retry_runs_only_the_synthesis(app
     wait_settled(live, job)
     assert job.state == "done" and len(scripted.map_requests()) == maps == job.chunks   # no chunk redone
     assert len(reduces(scripted)) == 2
+
+
+def test_after_a_resume_a_new_follower_sees_this_run_to_its_end(app):
+    live, scripted = app
+    scripted.script = slow_maps(0.03)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    wait_for(lambda: job.done_count >= 2, what="two chunks")
+    scripted.kill()
+    wait_state(job, "interrupted")
+    finished_before = job.done_count
+    scripted.revive()
+    live.post(f"/s/{name}/analysis/{job.id}/resume")
+    events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))   # no Last-Event-ID
+    assert job.state == "done"                     # the stream ended with this run, not the earlier one
+    states = [d for e, d, _ in events if e == "state"]
+    assert len(states) == 1 and "SYNTHESIZED" in states[0]
+    partials = [d for e, d, _ in events if e == "partial"]
+    assert len(partials) == job.chunks - finished_before     # this run's partials, each once

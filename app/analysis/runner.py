@@ -78,6 +78,7 @@ class JobRunner:
         self.jobs: dict[str, Job] = {}
         self.logs: dict[str, EventLog] = {}
         self._settled: OrderedDict[str, tuple[Job, EventLog]] = OrderedDict()
+        self._run_start: dict[str, int] = {}
         self._queue: queue.Queue[str] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._stream: tuple[str, ChatStream] | None = None     # (job id, the request in flight)
@@ -290,7 +291,14 @@ class JobRunner:
 
     # -- the worker --------------------------------------------------------------------
 
+    def run_start(self, job: Job) -> int:
+        """The id of the event that began the job's current run (a follower skips earlier runs' events)."""
+        with self._lock:
+            return self._run_start.get(job.id, 0)
+
     def _submit(self, job: Job) -> None:
+        with self._lock:
+            self._run_start[job.id] = self.log_for(job).last_id
         self._progress(job)
         self._queue.put(job.id)
         with self._lock:
@@ -530,6 +538,7 @@ class JobRunner:
         self.store.remove(job)
         with self._lock:
             self.jobs.pop(job.id, None)
+            self._run_start.pop(job.id, None)
             events = self.logs.pop(job.id, None) or EventLog()
             self._settled[job.id] = (job, events)
             while len(self._settled) > KEEP_SETTLED:

@@ -138,6 +138,8 @@ def events(name: str, job_id: str):
         return Response(sse_format(Event(0, "close", "")), mimetype="text/event-stream")
     log_ = runner.log_for(job)
     after = last_event_id(request.headers, request.args)
+    if job.state in ACTIVE:
+        after = max(after, runner.run_start(job))       # a resumed job: the earlier runs' events are over
 
     def stream():
         idle = log_.closed or job.state not in (*ACTIVE, "done", "dropped")
