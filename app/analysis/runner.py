@@ -225,10 +225,11 @@ class JobRunner:
 
     def cancel(self, job: Job) -> None:
         """Stop the run: close the request in flight; no new chunk starts."""
-        stream = None
+        stream, unqueued = None, False
         with self._lock:
-            if job.state == "queued":
+            if job.state == "queued":      # not picked up yet: the worker will find it is not queued
                 self.transition(job, "choose")
+                unqueued = True
             elif job.state in WORKING:
                 self.transition(job, "cancelling")
                 stream = self._stream_of(job)
@@ -237,7 +238,7 @@ class JobRunner:
         self._wake.set()
         if stream is not None:
             stream.cancel()
-        if job.state == "choose":
+        if unqueued:
             self._emit_state(job)
 
     def after_cancel(self, job: Job, keep: bool) -> None:
