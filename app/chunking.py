@@ -1609,7 +1609,8 @@ def _clip(text: str, nbytes: int) -> str:
     return text.encode("utf-8")[: max(0, nbytes - 3)].decode("utf-8", "ignore") + "…"
 
 
-def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> str:
+def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES,
+                pages: tuple[int, int] | None = None) -> str:
     """The chunk's label for the map prompt: ``Chunk i of N`` plus, when the document has
     headings, the heading path of every section the chunk holds, e.g.::
 
@@ -1622,6 +1623,11 @@ def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> s
     """
     head = f"Chunk {chunk.index + 1} of {total}"
     groups = _label_groups(chunk.sections or (chunk.heading_path,))
+    if pages:                      # a PDF's chunk: its pages say where it is (its lines are the extractor's)
+        where = f"page {pages[0]}" if pages[0] == pages[1] else f"pages {pages[0]}–{pages[1]}"
+        if not groups:
+            return f"{head} ({where})"
+        head = f"{head} ({where})"
     if not groups:
         if chunk.first_line:
             return f"{head} (lines {chunk.first_line}–{chunk.last_line})"
@@ -1647,14 +1653,15 @@ def chunk_label(chunk: Chunk, total: int, max_bytes: int = LABEL_MAX_BYTES) -> s
     return f"{head} (sections: {out})"
 
 
-def map_prompt(task: str, chunk: Chunk, total: int, reply_words: int | None = None) -> str:
+def map_prompt(task: str, chunk: Chunk, total: int, reply_words: int | None = None,
+               pages: tuple[int, int] | None = None) -> str:
     """The user message of one map call (seed 000's layout, with the label and, when the
     instruction allows a short answer, a length limit after the text, where a small model
     still sees it)::
 
         <task>\\n\\n---\\nChunk i of N (sections: ...):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
     """
-    label = chunk_label(chunk, total)
+    label = chunk_label(chunk, total, pages=pages)
     body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
     tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
     return f"{task}\n\n---\n{label}:\n{body}{tail}"

@@ -333,4 +333,4 @@ def header(title: str, command: str) -> str:
     return f"### {title}\n\nCommand: `{command}`\n\nMachine: {machine()}; tree at {git_revision()}\n"
 
 
-CHUNK_RE = re.compile(r"\nChunk (\d+) of (\d+):\n")
+CHUNK_RE = re.compile(r"\nChunk (\d+) of (\d+)(?: \([^\n]*\))?:\n")

@@ -4,7 +4,10 @@ It speaks the parts of Ollama's native API the app uses (``/``, ``/api/version``
 ``/api/tags``, ``/api/ps``, ``/api/show``, streaming ``/api/chat``, ``/api/embed``)
 over real HTTP on a free port. Each test decides the replies (a fixed text, or a
 function of the request), the latency per token, and the faults (404 model, 500,
-an ``{"error"}`` line mid-stream, a dropped connection, a hang). Every request
+an ``{"error"}`` line mid-stream, a dropped connection, a hang, a refused context).
+``kill()`` takes the whole server away (connections refused, streams in flight
+dropped) and ``revive()`` brings it back on the same port, as Ollama restarting
+for an update. Every request
 is recorded so tests can assert on ``num_ctx``, ``truncate``, message order and
 sizes, and on whether the client closed the stream early.
 
@@ -32,7 +35,8 @@ class Reply:
     text: str = "Hello from the scripted server."
     token_delay: float = 0.0          # seconds between pieces
     piece_size: int = 4               # characters per streamed piece
-    fault: str | None = None          # None | "http_500" | "model_404" | "midstream_error" | "drop" | "hang"
+    fault: str | None = None          # None | "http_500" | "model_404" | "context" | "midstream_error" | "drop"
+    #                                   | "hang"
     fault_after: int = 2              # pieces sent before a mid-stream fault
     prompt_eval_count: int | None = None   # None: computed from the prompt
     done_reason: str = "stop"
@@ -86,10 +90,12 @@ class ScriptedOllama:
         self.embed_size = embed_size
         self.requests: list[Recorded] = []
         self.down = False                # answer nothing useful: 503 everywhere
+        self.honor_num_predict = False   # cut replies at options.num_predict tokens, as Ollama does
+        self.tags_delays: list[float] = []   # seconds before each next /api/tags answer (popped in order)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
-        self._httpd = _QuietServer((host, port), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._open: set = set()          # sockets of requests being handled (kill() drops them)
+        self._httpd = self._bind((host, port))
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -99,10 +105,36 @@ class ScriptedOllama:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
+    def _bind(self, address) -> _QuietServer:
+        httpd = _QuietServer(address, _handler_for(self))
+        httpd.daemon_threads = True
+        return httpd
+
     def start(self) -> "ScriptedOllama":
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self
+
+    def kill(self) -> None:
+        """Go away like a killed Ollama: stop listening and drop every connection in flight."""
+        import socket
+
+        address = self._httpd.server_address[:2]
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._address = address
+        with self._lock:
+            conns = list(self._open)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def revive(self) -> None:
+        """Come back on the same port after ``kill()``."""
+        self._httpd = self._bind(self._address)
+        self.start()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -131,6 +163,18 @@ class ScriptedOllama:
         size = sum(len((m.get("content") or "").encode()) for m in body.get("messages", []))
         return math.ceil(size / 4 * self.token_ratio)
 
+    def map_requests(self, since: int = 0) -> list[int]:
+        """The 1-based chunk number of every map request (prompts with "Chunk i of n:"), in order."""
+        import re
+
+        found = []
+        for rec in self.chats()[since:]:
+            messages = rec.body.get("messages") or [{}]
+            m = re.search(r"\nChunk (\d+) of \d+(?: \([^\n]*\))?:\n", messages[-1].get("content", ""))
+            if m:
+                found.append(int(m.group(1)))
+        return found
+
     def _record(self, method: str, path: str, body: dict) -> Recorded:
         rec = Recorded(method, path, body, time.monotonic())
         with self._lock:
@@ -145,6 +189,19 @@ def _handler_for(server: ScriptedOllama):
 
         def log_message(self, *args):  # keep test output quiet
             pass
+
+        def setup(self):
+            super().setup()
+            with server._lock:
+                server._open.add(self.connection)
+
+        def finish(self):
+            with server._lock:
+                server._open.discard(self.connection)
+            try:
+                super().finish()
+            except OSError:
+                pass
 
         def _json(self, status: int, obj) -> None:
             data = json.dumps(obj).encode()
@@ -173,6 +230,8 @@ def _handler_for(server: ScriptedOllama):
                 return self.wfile.write(data)
             if self.path == "/api/version":
                 return self._json(200, {"version": "0.33.0-scripted"})
+            if self.path == "/api/tags" and server.tags_delays:
+                time.sleep(server.tags_delays.pop(0))
             if self.path in ("/api/tags", "/api/ps"):
                 models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c}
                           for n, c in server.models.items()]
@@ -221,6 +280,9 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(404, {"error": f"model '{name}' not found"})
             if reply.fault == "http_500":
                 return self._json(500, {"error": "llama runner process has terminated"})
+            if reply.fault == "context":
+                rec.refused = "context"
+                return self._json(400, {"error": "the input length exceeds the context length"})
             tokens = reply.prompt_eval_count or server.prompt_tokens(body)
             num_ctx = (body.get("options") or {}).get("num_ctx") or 4096
             if tokens > num_ctx and body.get("truncate") is False:
@@ -238,7 +300,11 @@ def _handler_for(server: ScriptedOllama):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             started = time.monotonic()
-            pieces = [reply.text[i:i + reply.piece_size] for i in range(0, len(reply.text), reply.piece_size)]
+            text = reply.text
+            limit = (body.get("options") or {}).get("num_predict")
+            if server.honor_num_predict and limit is not None and limit >= 0 and len(text) > limit * 4:
+                text = text[:limit * 4]          # num_predict tokens of 4 bytes: the model stops there
+            pieces = [text[i:i + reply.piece_size] for i in range(0, len(text), reply.piece_size)]
             try:
                 for n, piece in enumerate(pieces):
                     if reply.fault in ("midstream_error", "drop") and n == reply.fault_after:

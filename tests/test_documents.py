@@ -5,6 +5,7 @@ real manual that Debian ships; the Word files are made with python-docx.
 """
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,54 @@ def test_a_pdf_too_large_for_the_context_gets_the_card_sized_from_its_text(docs_
     assert "Context overflow" in fragment and scripted.chats() == []
     shown = int(fragment.split("<dt>Size</dt><dd>about ")[1].split(" tokens")[0].replace(",", ""))
     assert abs(shown - text_tokens) / text_tokens < 0.15, (shown, text_tokens, path.stat().st_size / 4)
+
+
+def run_analysis(live, scripted, name, message):
+    """Send ``message`` (it names a file too large for the context), start the card, wait for the end."""
+    import re as _re
+
+    from test_turns import wait_for
+
+    card = live.post(f"/s/{name}/messages", data={"message": message}).text
+    assert "Context overflow" in card, card[:300]
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "List the marker words.", "scope": "all"})
+    wait_for(lambda: "synthesis: model=" in (live.services.store.folder / f"{name}.spmd").read_text(),
+             timeout=60, what="the analysis")
+    maps = [c.body["messages"][-1]["content"] for c in scripted.chats()
+            if _re.search(r"\nChunk \d+ of \d+", c.body["messages"][-1]["content"])]
+    return card, job, maps
+
+
+def test_a_pdf_analysis_labels_each_map_prompt_with_its_pages_and_sends_all_its_text(docs_live, scripted):
+    workspace, live = docs_live
+    pages = [f"Page {n} holds MARK{n:03d} among sentences about rivers and their bridges. " * 30 for n in range(40)]
+    path = make_pdf(workspace / "atlas.pdf", pages)
+    extracted = documents.extract(path)
+    name = live.open_session()
+    card, job, maps = run_analysis(live, scripted, name, "Summarise atlas.pdf")
+    assert "on 40 pages" in card and job.pages == 40
+    assert maps and all(re.search(r"\nChunk \d+ of \d+ \(pages? \d+(–\d+)?\):\n", m) for m in maps)
+    sent = "".join(maps)
+    for n in range(40):
+        assert f"MARK{n:03d}" in sent                          # every page's text reached a map prompt
+    words = set(extracted.text.split())
+    assert words <= set(sent.split())
+
+
+def test_a_word_analysis_labels_each_map_prompt_with_its_heading_path(docs_live, scripted):
+    from docx import Document
+
+    workspace, live = docs_live
+    doc = Document()
+    doc.add_heading("Handbook", level=1)
+    for part in range(12):
+        doc.add_heading(f"Part {part}", level=2)
+        for k in range(6):
+            doc.add_paragraph(f"Part {part} paragraph {k} keeps TOKEN{part:02d}{k} among words about ferries. " * 12)
+    doc.save(str(workspace / "handbook.docx"))
+    name = live.open_session()
+    card, job, maps = run_analysis(live, scripted, name, "Summarise handbook.docx")
+    assert len(maps) > 1 and all("(sections: Handbook › Part " in m for m in maps)
+    sent = "".join(maps)
+    assert all(f"TOKEN{part:02d}{k}" in sent for part in range(12) for k in range(6))

@@ -1,31 +1,42 @@
-"""The chunked-analysis pages: the card's buttons and its progress stream (SSE)."""
+"""The chunked-analysis pages: the card's buttons and its progress stream (SSE).
+
+The worker appends small events (``progress`` with the chunk in hand or a stage,
+``partial`` with a chunk index, ``state``); this module renders the fragments
+from the job when it streams them, with the events' own ids, so a reconnect
+with Last-Event-ID replays exactly what was missed.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 
-from flask import Blueprint, Response, abort, redirect, request, stream_with_context, url_for
+from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
 
-from .. import chunking
+from ..errors import HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
 from ..ollama import OllamaError
 from ..services import services
 from ..sessions import fountain
 from ..sessions.store import SessionNotFound
 from ..chat import prepare as conversation
-from .runner import ACTIVE, Job, JobError
+from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
 bp = Blueprint("analysis", __name__)
 
 
 # -- views ---------------------------------------------------------------------------------
 
+def _session(name: str) -> None:
+    """404 for a bad or unknown session name, in every analysis URL."""
+    if not services().store.exists(name):
+        abort(404, description="There is no such session.")
+
+
 def _job(name: str, job_id: str) -> Job:
-    try:
-        job = services().jobs.get(job_id)
-    except KeyError:
-        abort(404, description="There is no such analysis.")
-    if job.session != name:
+    _session(name)
+    job = services().jobs.find(job_id)
+    if job is None or job.session != name:
         abort(404, description="There is no such analysis.")
     return job
 
@@ -38,28 +49,29 @@ def _turn_html(job: Job) -> str:
 
 @bp.post("/s/<name>/analysis/<job_id>/start")
 def start(name: str, job_id: str):
-    """Start with the user's instruction, or decline on "no"."""
+    """Start with the user's instruction, or decline on "no". A second tap finds the job started."""
     job = _job(name, job_id)
     runner = services().jobs
     instruction = request.form.get("instruction", "")
-    if job.state not in ("proposed", "interrupted"):
-        return _turn_html(job)
-    if instruction.strip().lower() == "no":
-        runner.decline(job)
-        return _turn_html(job)
     try:
-        runner.start(job, instruction, request.form.get("scope", ""))
-    except (JobError, OllamaError) as exc:
-        job.message = str(exc)
-        job.instruction = instruction
+        if instruction.strip().lower() == "no":
+            runner.decline(job)
+        else:
+            runner.start(job, instruction, request.form.get("scope", ""))
+    except InvalidTransition:
+        pass                                  # started (or answered) already: show the card as it is
+    except HarveyError as exc:
+        runner.note(job, str(exc), instruction=instruction)
     return _turn_html(job)
 
 
 @bp.post("/s/<name>/analysis/<job_id>/decline")
 def decline(name: str, job_id: str):
     job = _job(name, job_id)
-    if job.state == "proposed":
+    try:
         services().jobs.decline(job)
+    except InvalidTransition:
+        pass
     return _turn_html(job)
 
 
@@ -72,20 +84,45 @@ def cancel(name: str, job_id: str):
 @bp.post("/s/<name>/analysis/<job_id>/after-cancel")
 def after_cancel(name: str, job_id: str):
     job = _job(name, job_id)
-    if job.state == "choose":
+    try:
         services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes")
+    except InvalidTransition:
+        pass
     return _turn_html(job)
 
 
 @bp.post("/s/<name>/analysis/<job_id>/resume")
 def resume(name: str, job_id: str):
+    """Retry an interrupted job: the message on the card says why when it cannot."""
     job = _job(name, job_id)
-    if job.state == "interrupted":
-        try:
-            services().jobs.resume(job)
-        except (JobError, chunking.ChunkingError, OSError) as exc:
-            job.message = str(exc)
+    try:
+        services().jobs.resume(job)
+    except HarveyError:
+        pass                                  # InvalidTransition, or the reason is on the card now
     return _turn_html(job)
+
+
+@bp.post("/s/<name>/analysis/<job_id>/discard")
+def discard(name: str, job_id: str):
+    """Throw away a failed, interrupted or stale job; its files go."""
+    job = _job(name, job_id)
+    try:
+        services().jobs.discard(job, expect=DISCARDABLE)
+    except InvalidTransition:
+        pass
+    return _turn_html(job)
+
+
+def _render(job: Job, event: Event) -> str:
+    """The fragment an event stands for, rendered from the job now."""
+    if event.name == "partial":
+        result = job.results.get(int(event.data or -1))
+        return render_template("analysis/_partial.html", job=job, result=result) if result else ""
+    if event.name == "progress":
+        data = json.loads(event.data) if event.data else {}
+        return render_template("analysis/_progress.html", job=job, current=data.get("current"),
+                               stage=data.get("stage", ""), now=time.time())
+    return event.data
 
 
 @bp.get("/s/<name>/analysis/<job_id>/events")
@@ -98,12 +135,17 @@ def events(name: str, job_id: str):
     and the replay goes on from there); over the gate's cap it is told to come
     back later. The analysis runs on in its worker whoever watches.
     """
-    job = services().jobs.jobs.get(job_id)
+    _session(name)
+    runner = services().jobs
+    job = runner.find(job_id)
     if job is None or job.session != name:
         return _sse(sse_format(Event(0, "close", "")))
-    log_ = services().jobs.log_for(job)
+    log_ = runner.log_for(job)
     after = last_event_id(request.headers, request.args)
-    if (job.state not in ACTIVE and not log_.closed) or after > log_.last_id:
+    if job.state in ACTIVE:
+        after = max(after, runner.run_start(job))       # a resumed job: the earlier runs' events are over
+    idle = log_.closed or job.state not in (*ACTIVE, "done", "dropped")
+    if (idle and after >= log_.last_id) or after > log_.last_id:
         # Nothing running to follow, or an id from another run of the log (the server restarted):
         # the card as it is now, which opens its own stream if the job runs.
         return _sse(sse_format(Event(log_.last_id, "state", _turn_html(job)))
@@ -117,11 +159,14 @@ def events(name: str, job_id: str):
         try:
             yield sse_retry(RECONNECT_MS)
             for event in slot.follow(log_, after):
-                if event is not None and event.name == "state":
+                if event is None:
+                    yield sse_format(None)
+                    continue
+                if event.name == "state":
                     yield sse_format(Event(event.id, "state", _turn_html(job)))
                     yield sse_format(Event(event.id, "close", ""))
                     return
-                yield sse_format(event)
+                yield sse_format(Event(event.id, event.name, _render(job, event)))
             if log_.closed:
                 yield sse_format(Event(log_.last_id, "close", ""))
             # else: lifetime up or shutting down; the browser reconnects with its Last-Event-ID
@@ -148,10 +193,7 @@ def direct(name: str):
     if svc.jobs.busy(name) or svc.replies.running(name):
         abort(409, description="This session is busy; wait for the reply or analysis to finish.")
     file = request.form.get("file", "")
-    from ..chat.views import session_model
-    from ..workspace import WorkspaceError
-
-    from ..chat.views import status_for
+    from ..chat.views import session_model, status_for
 
     model = session_model(session)
     turn = fountain.Turn(when=conversation.now(), user_text=f"/read-chunks {file}", model=model)
@@ -161,7 +203,7 @@ def direct(name: str):
             remaining = status_for(session, model)["remaining"] or 0
             job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining,
                                    turn_text=turn.user_text)
-        except (WorkspaceError, chunking.ChunkingError, OllamaError) as exc:
+        except (HarveyError, OSError) as exc:
             abort(400, description=str(exc))
         turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
         svc.store.append_turn(name, turn)

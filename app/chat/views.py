@@ -15,6 +15,7 @@ from flask import (Blueprint, Response, abort, redirect, render_template, reques
                    stream_with_context, url_for)
 from markupsafe import Markup, escape
 
+from ..analysis.job import SETTLED
 from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
@@ -98,7 +99,7 @@ def answered_alert(harvey: str) -> str:
 
 
 PAGE_TURNS = 40          # turns the page shows at first; older ones load on demand
-SETTLED = ("done", "declined", "dropped")
+
 
 
 def _views(session: Session, default_model: str, start: int = 0, stop: int | None = None) -> list[TurnView]:

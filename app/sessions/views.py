@@ -193,6 +193,8 @@ def delete(name: str):
         svc.store.delete(name)
     except SessionNotFound:
         abort(404, description="There is no such session.")
+    if svc.jobs:
+        svc.jobs.discard_for_session(name)       # its analyses point at nothing now: their files go
     log.info("session %s moved to the trash", name)
     flash(f"Moved “{name}” to the trash. Restore it from the list below.", "ok")
     return redirect(url_for("sessions.index"), code=303)

@@ -81,3 +81,23 @@ def test_cancel_then_reload_during_a_run(app_with_big_file, page_for):
     page.click("text=Drop them")
     wait_until(page, "!document.querySelector('.card.alert')")
     assert page.errors == []
+
+
+def test_ollama_lost_mid_run_the_card_offers_retry_and_discard_and_resume_finishes(app_with_big_file, page_for):
+    live, scripted = app_with_big_file
+    page = page_for(PHONE)
+    ask_about_big_file(page, live)
+    page.locator(".card.alert button[type=submit]").click()
+    page.wait_for_selector(".progress-card")
+    wait_until(page, "document.querySelectorAll('.progress-card details.partial').length >= 2")
+    scripted.kill()                                  # Ollama goes away: the card turns into Retry, by itself
+    page.wait_for_selector("text=was interrupted", timeout=30000)
+    assert page.locator("text=Discard this analysis").count() == 1
+    assert axe_violations(page) == []
+    no_horizontal_scroll(page)
+    scripted.revive()
+    page.click("text=/Resume from chunk \\d+/")
+    page.wait_for_selector(".progress-card")
+    page.wait_for_selector("text=SYNTHESIZED: the methodology is a three-phase experiment.", timeout=60000)
+    assert page.locator(".card.alert").count() == 0
+    assert page.errors == []

@@ -1,0 +1,214 @@
+"""An analysis job: its data, its states, and the one way its state changes.
+
+The states and the allowed transitions are written down here, in ``TRANSITIONS``.
+Every change of a job's state goes through ``StateMachine.transition``: it checks
+the move against the table (and against what the caller expects to find), applies
+the changes and saves ``job.json``, all under one lock, the runner's.  A view and
+the worker can therefore race (a double tap on Start, a Cancel while the worker
+picks the job up) and the loser gets ``InvalidTransition`` instead of undoing the
+winner's change.
+
+    state         meaning                                          -> next states
+    proposed      the card asks for the instruction                -> queued, declined, discarded
+    queued        waiting for the worker                           -> running, choose, interrupted, failed, discarded
+    running       map calls (one chunk at a time)                  -> cancelling, synthesizing, interrupted, failed, discarded
+    cancelling    Cancel pressed; the request in flight is closed   -> choose, interrupted, failed, discarded
+    synthesizing  combining the partial answers                    -> cancelling, done, interrupted, failed, discarded
+    choose        after a cancel: synthesize what came, or drop it  -> queued, dropped, discarded
+    interrupted   Ollama away, or the server stopped: Resume/Retry  -> queued, discarded
+    failed        cannot finish (nothing answered, turn moved, ...) -> discarded
+    done          answer decided, being written into the session    -> failed (the turn moved)
+    dropped       partial answers dropped, being recorded           -> failed (the turn moved)
+    declined      "no": nothing sent to a model                    -> (end)
+    discarded     the user (or a session delete) threw it away      -> (end)
+
+``done``, ``dropped``, ``declined`` and ``discarded`` are settled: once the outcome
+is in the session file the job's folder goes and the runner forgets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Iterable
+
+from ..chat import prepare as conversation
+from ..errors import Conflict, Refused
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "proposed": frozenset({"queued", "declined", "discarded"}),
+    "queued": frozenset({"running", "choose", "interrupted", "failed", "discarded"}),
+    "running": frozenset({"cancelling", "synthesizing", "interrupted", "failed", "discarded"}),
+    "cancelling": frozenset({"choose", "interrupted", "failed", "discarded"}),
+    "synthesizing": frozenset({"cancelling", "done", "interrupted", "failed", "discarded"}),
+    "choose": frozenset({"queued", "dropped", "discarded"}),
+    "interrupted": frozenset({"queued", "discarded"}),
+    "failed": frozenset({"discarded"}),
+    "done": frozenset({"failed"}),
+    "dropped": frozenset({"failed"}),
+    "declined": frozenset(),
+    "discarded": frozenset(),
+}
+STATES = tuple(TRANSITIONS)
+ACTIVE = ("queued", "running", "cancelling", "synthesizing")     # the worker owns the job
+WORKING = ("running", "synthesizing")                            # a stop request ends these
+SETTLED = ("done", "dropped", "declined", "discarded")          # outcome decided; forgotten once recorded
+OPEN = ("proposed", "choose", "interrupted", *ACTIVE)            # still needs the user or the worker
+DISCARDABLE = ("proposed", "choose", "interrupted", "failed")   # a card offers Discard
+
+
+def without_directive(instruction: str) -> str:
+    return conversation.MENTION_ANYWHERE.sub("", instruction).strip()
+
+
+class JobError(Refused):
+    """The job cannot do what was asked; the message is for the card."""
+
+
+class InvalidTransition(Conflict):
+    """The job is not in a state that allows the change (someone else changed it first)."""
+
+
+@dataclass
+class ChunkResult:
+    index: int                 # 0-based
+    status: str                # ok | error
+    text: str = ""
+    error: str = ""
+    seconds: float = 0.0
+    heading: str = ""
+
+
+@dataclass
+class Job:
+    id: str
+    session: str
+    turn: int
+    file: str
+    user_text: str
+    instruction: str
+    model: str
+    file_tokens: int
+    remaining: int
+    chunks: int
+    size_tokens: int
+    boundary: str
+    kind: str
+    fingerprint: str
+    window: int
+    bytes_per_token: float
+    state: str = "proposed"    # one of STATES; changed only through StateMachine.transition
+    selected: int = 0          # how many chunks to run (0: not chosen yet)
+    message: str = ""          # shown on the card (e.g. an unknown @model, why it was interrupted)
+    created: str = field(default_factory=lambda: datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
+    started: float = 0.0
+    finished: float = 0.0
+    seconds_per_chunk: float = 0.0   # estimate before any chunk has run
+    results: dict[int, ChunkResult] = field(default_factory=dict, repr=False)
+    synthesis: str = ""              # "pending": synthesize what was collected, run no more chunks
+    answer: str | None = None        # kept until it is in the session file
+    turn_text: str | None = None     # the asking turn's user text, checked before writing into it
+    text_kind: str = ""              # the calibration kind of the file's text (budget.calibration_kind)
+    pages: int = 0                   # a PDF's pages (0: not a PDF)
+    image_pages: str = ""            # a PDF's pages that hold only images ("3, 7-9")
+    estimated_calls: int = 0         # model calls the plan expects (map + reduce)
+    estimated_seconds: float = 0.0   # the plan's time from the measured speeds (0: unknown yet)
+    model_calls: int = 0             # what the run has cost so far, from the server's own counts
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    model_seconds: float = 0.0
+
+    @property
+    def asked(self) -> str:
+        """What the turn that asked says (a direct analysis records "/read-chunks FILE")."""
+        return self.turn_text if self.turn_text is not None else self.user_text
+
+    @property
+    def task(self) -> str:
+        """The instruction the model sees: the user's words without the @model directive."""
+        return without_directive(self.instruction)
+
+    @property
+    def total(self) -> int:
+        return self.selected or self.chunks
+
+    @property
+    def done_count(self) -> int:
+        """Chunks with an answer."""
+        return sum(1 for i in range(self.total) if (r := self.results.get(i)) is not None and r.status == "ok")
+
+    @property
+    def processed(self) -> int:
+        """Chunks run so far, with an answer or an error (the progress bar)."""
+        return sum(1 for i in range(self.total) if i in self.results)
+
+    @property
+    def error_count(self) -> int:
+        return sum(1 for i in range(self.total) if (r := self.results.get(i)) is not None and r.status != "ok")
+
+    @property
+    def next_chunk(self) -> int:
+        """The first chunk without an answer (0-based): where a Resume starts."""
+        return next((i for i in range(self.total) if (r := self.results.get(i)) is None or r.status != "ok"),
+                    self.total)
+
+    def eta_seconds(self) -> float | None:
+        """Time left, from the chunks done so far (or the model's measured speed)."""
+        timed = [r.seconds for r in self.results.values() if r.status == "ok" and r.seconds]
+        per = sum(timed) / len(timed) if timed else self.seconds_per_chunk
+        return per * (self.total - self.processed) if per else None
+
+    def public(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.pop("results")
+        return data
+
+
+class StateMachine:
+    """Changes job states by the table, under one lock, and saves each change."""
+
+    def __init__(self, save: Callable[[Job], None]):
+        self.lock = threading.RLock()
+        self._save = save
+
+    def transition(self, job: Job, new_state: str, *, expect: str | Iterable[str] | None = None,
+                   **changes) -> Job:
+        """Move ``job`` to ``new_state`` with ``changes`` applied, saved; or raise InvalidTransition.
+
+        ``expect``: the state(s) the caller believes the job is in; anything else is refused
+        even when the table would allow the move (a Start must find "proposed").
+        """
+        if new_state not in TRANSITIONS:
+            raise ValueError(f"unknown job state {new_state!r}")
+        allowed = {expect} if isinstance(expect, str) else set(expect) if expect is not None else None
+        with self.lock:
+            current = job.state
+            if new_state not in TRANSITIONS[current] or (allowed is not None and current not in allowed):
+                raise InvalidTransition(f"The analysis of {job.file} is {current} now; it cannot become "
+                                        f"{new_state}.")
+            self._apply(job, {**changes, "state": new_state})
+            return job
+
+    def update(self, job: Job, *, expect: str | Iterable[str] | None = None, **changes) -> Job:
+        """Change fields other than the state (a message on the card), under the same lock, saved."""
+        if "state" in changes:
+            raise ValueError("use transition() to change the state")
+        allowed = {expect} if isinstance(expect, str) else set(expect) if expect is not None else None
+        with self.lock:
+            if allowed is not None and job.state not in allowed:
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
+            self._apply(job, changes)
+            return job
+
+    def _apply(self, job: Job, changes: dict) -> None:
+        before = {key: getattr(job, key) for key in changes}
+        for key, value in changes.items():
+            setattr(job, key, value)
+        try:
+            self._save(job)
+        except BaseException:
+            for key, value in before.items():    # not saved: not changed
+                setattr(job, key, value)
+            raise

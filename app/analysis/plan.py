@@ -1,0 +1,115 @@
+"""The chunk plan of a file for a model: its window and calibration decide the chunk size.
+
+Planning reads the file (``chunking``) and asks Ollama for the model's window;
+it sends nothing to a model.  ``plan`` returns the job fields it decides, so the
+caller applies them through a transition.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import chunking
+from ..budget import calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget
+from ..workspace import Workspace
+from .job import Job, without_directive
+from .mapreduce import MAP_SYSTEM, ranges, reduce_messages
+
+
+def plan(svc, file: str, model: str, instruction: str) -> dict:
+    """The plan's job fields for ``file`` analysed by ``model``.
+
+    Chunks are sized with the calibration for this kind of text (Markdown and
+    non-English text hold more tokens per byte than chat prose) at its most
+    cautious recent sample, so no map request is refused for size; the card's
+    time and call count come from ``budget.estimate_analysis``.
+    """
+    config = svc.config
+    window = context_window(config, model, svc.client.show(model).context_length)
+    path = Workspace(config.workspace_path).resolve(file).path
+    first = chunking.read_document(path)               # (a PDF's extraction is cached for the second read)
+    text_kind = calibration_kind(first.kind, first.text)
+    bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
+    task = without_directive(instruction)
+    chosen = settings(svc, model, window, bpt, task)
+    doc = chunking.read_document(path, chosen)
+    planned = chunking.plan_document(doc)
+    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens)
+    chunks = planned.chunks
+    source = doc.source
+    return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
+                boundary=doc.boundary, kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens,
+                text_kind=text_kind, pages=source.page_count if source else 0,
+                image_pages=ranges(list(source.image_pages)) if source else "",
+                estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
+                seconds_per_chunk=(estimate.seconds or 0.0) / max(1, chunks),
+                selected=chunks if chunks <= config.chunking.max_chunks else 0)
+
+
+def reply_budget(svc, task: str):
+    """What each map call may generate for this instruction (``budget.map_reply_budget``)."""
+    return map_reply_budget(task, cap=svc.config.chunking.map_reply_tokens)
+
+
+def settings(svc, model: str, window: int, bpt: float, task: str) -> chunking.ChunkSettings:
+    """Chunk size from the config, shrunk if a map request would not fit the window.
+
+    The map reply is reserved at the configured cap (not the shorter budget a summary
+    gets), so an instruction edited on the card to "translate..." still fits.
+    """
+    config = svc.config
+    effective = effective_context(svc, model, window)
+    size = max(64, min(config.chunking.chunk_size_tokens, effective - map_fixed_tokens(svc, task, bpt, effective)))
+    return chunking.ChunkSettings(size_tokens=size, overlap=config.chunking.overlap, bytes_per_token=bpt)
+
+
+def map_fixed_tokens(svc, task: str, bpt: float, effective: int) -> int:
+    """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
+    words = reply_budget(svc, task).words
+    overhead = chunking.map_prompt_overhead(task, 9999, words)
+    return (estimate_messages([{"content": MAP_SYSTEM}, {"content": overhead}], bpt)
+            + svc.config.chunking.map_reply_tokens + math.ceil(svc.config.budget.safety_margin * effective))
+
+
+def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens):
+    """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``)."""
+    config = svc.config
+    effective = effective_context(svc, model, window)
+    words = reply_budget(svc, task).words
+    map_fixed = estimate_messages([{"content": MAP_SYSTEM},
+                                   {"content": chunking.map_prompt_overhead(task, 9999, words)}], bpt)
+    reduce_fixed = estimate_messages(reduce_messages(task, [], ""), bpt)
+    room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)
+    return estimate_analysis(list(chunk_tokens), map_fixed_tokens=map_fixed,
+                             map_reply_tokens=reply_budget(svc, task).num_predict,
+                             reduce_room_tokens=max(64, room), reduce_fixed_tokens=reduce_fixed,
+                             final_reply_tokens=config.budget.reply_tokens, speed=svc.calibration.speed(model),
+                             reply_share=svc.calibration.reply_share(model))
+
+
+def effective_context(svc, model: str, window: int) -> int:
+    """What the model uses well of its window (the config may say less than the window)."""
+    return min(svc.config.model(model).effective_context or window, window)
+
+
+def seconds_per_chunk(svc, model: str, size_tokens: int) -> float:
+    """From the model's measured speed, once known (0 = unknown)."""
+    speed = svc.calibration.speed(model)
+    if not speed:
+        return 0.0
+    prompt_tps, eval_tps = speed
+    return size_tokens / prompt_tps + svc.config.chunking.map_reply_tokens / eval_tps
+
+
+def document(svc, job: Job) -> chunking.Document:
+    """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable)."""
+    wf = Workspace(svc.config.workspace_path).resolve(job.file)
+    chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=svc.config.chunking.overlap,
+                                    bytes_per_token=job.bytes_per_token)
+    return chunking.read_document(wf.path, chosen)
+
+
+def file_tokens(svc, file: str, bpt: float) -> tuple[str, int]:
+    """The file's name as the workspace knows it and its size estimate (from stat: nothing is read)."""
+    wf = Workspace(svc.config.workspace_path).resolve(file)
+    return wf.name, math.ceil(wf.size / bpt)

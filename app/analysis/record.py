@@ -1,0 +1,70 @@
+"""The outcome of an analysis, written into the session through the one writer.
+
+The CHUNK ANALYSIS scene (seed 000 D5) and the answer go into the turn that
+asked, by index and checked against its user text (``update_turn`` with
+``expect=job.asked``): the session store writes them right after that turn,
+whatever was said after it.  If the turn is not there any more the store raises
+``TurnMoved`` and nothing is written; the runner then fails the job and keeps
+its answer on the card.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..sessions import fountain, notes
+from ..sessions.store import SessionNotFound
+from .job import Job
+
+
+def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
+    results = []
+    for i in range(job.total):
+        r = job.results.get(i)
+        if r is None:
+            results.append("cancelled")
+        elif r.status == "ok":
+            results.append("ok")
+        else:
+            results.append(f"error: {r.error}")
+    return fountain.ChunkAnalysis(file=job.file, chunks=job.total, model=fountain.model_cue(job.model),
+                                  boundary=job.boundary, chunk_size=job.size_tokens,
+                                  instruction=job.instruction, when=datetime.now().replace(microsecond=0),
+                                  results=results, synthesis=synthesis)
+
+
+def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
+    """The scene and (when there is one) the answer, in the turn that asked; TurnMoved if it moved."""
+    record = analysis_record(job, synthesis)
+
+    def add(turn: fountain.Turn) -> None:
+        turn.analysis = record
+        if answer is not None:
+            turn.reply, turn.model = answer, job.model
+            # Harvey's stats line under the answer, for the whole analysis: every call's
+            # generated and prompt tokens and the model's time (on a Pi, the cost).
+            turn.stats = fountain.stats_line(job.model, store.backend, job.generated_tokens, job.prompt_tokens,
+                                             job.model_seconds)
+            turn.notes.append(notes.notice(
+                f"Chunk analysis: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
+                f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))
+
+    store.update_turn(job.session, job.turn, add, expect=job.asked)
+
+
+def write_decline(store, job: Job) -> None:
+    store.update_turn(job.session, job.turn, lambda turn: turn.notes.append(notes.declined()), expect=job.asked)
+
+
+def recorded(store, job: Job) -> bool:
+    """Whether the job's outcome is already in the session file (after a crash between the two)."""
+    try:
+        turns = store.load(job.session).turns
+    except SessionNotFound:
+        return True          # nothing to write into
+    if not 0 <= job.turn < len(turns) or turns[job.turn].user_text != job.asked:
+        return False         # the write will say TurnMoved
+    turn = turns[job.turn]
+    if job.state == "declined":
+        return notes.read(turn.notes).declined
+    return turn.analysis is not None

@@ -1,0 +1,93 @@
+"""Durable jobs: ``job.json`` + ``results.jsonl`` per job, under data_dir/jobs.
+
+``job.json`` holds the job's state (written atomically on every transition);
+each partial answer is appended to ``results.jsonl`` and fsynced as it arrives,
+so a crash or a restart loses no finished chunk.  The last line for a chunk wins
+(a chunk that errored and was retried later has two lines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+
+from ..storage import atomic_write_text
+from .job import ChunkResult, Job
+
+log = logging.getLogger(__name__)
+
+
+class JobStore:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._lock = threading.Lock()
+        self._removed: set[str] = set()
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def save(self, job: Job) -> None:
+        """Atomic write of the job's state; a job whose folder was removed stays removed."""
+        path = self.folder / job.id / "job.json"
+        with self._lock:
+            if job.id in self._removed:
+                return
+            path.parent.mkdir(exist_ok=True)
+            atomic_write_text(path, json.dumps(job.public(), indent=1))
+
+    def add_result(self, job: Job, result: ChunkResult) -> None:
+        """Append one partial answer and fsync: a crash keeps every finished chunk."""
+        with self._lock:
+            if job.id in self._removed:
+                return
+            with open(self.folder / job.id / "results.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(dataclasses.asdict(result)) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            job.results[result.index] = result
+
+    def remove(self, job: Job) -> None:
+        """Delete the job's folder (its outcome is recorded, or the user threw it away)."""
+        with self._lock:
+            self._removed.add(job.id)
+            shutil.rmtree(self.folder / job.id, ignore_errors=True)
+
+    def exists(self, job: Job) -> bool:
+        return (self.folder / job.id).exists()
+
+    def forget(self, job_id: str) -> None:
+        """Stop remembering that a job was removed (it is settled and evicted: bounded memory)."""
+        with self._lock:
+            self._removed.discard(job_id)
+
+    def load_all(self) -> list[Job]:
+        jobs = []
+        for path in sorted(self.folder.glob("*/job.json")):
+            try:
+                data = json.loads(path.read_text())
+                job = Job(**{k: v for k, v in data.items() if k in Job.__dataclass_fields__})
+            except (OSError, ValueError, TypeError) as exc:
+                log.warning("skipping unreadable job %s: %s", path, exc)
+                continue
+            job.results = self._results(path.parent / "results.jsonl")
+            jobs.append(job)
+        return jobs
+
+    @staticmethod
+    def _results(path: Path) -> dict[int, ChunkResult]:
+        """Read partial answers; a torn last line (crash mid-write) is skipped."""
+        results: dict[int, ChunkResult] = {}
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return results
+        for line in lines:
+            try:
+                r = ChunkResult(**json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            results[r.index] = r
+        return results
