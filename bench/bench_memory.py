@@ -195,6 +195,68 @@ def turns_run(turns: int, per_session: int, grace_wait: float = 35.0) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def analyses_run(count: int, document: str) -> dict:
+    """RSS of one harvey serve over ``count`` 20-chunk analyses, one after another (problem 10)."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-analyses-"))
+    ollama_port, app_port = free_port(), free_port()
+    (tmp / "workspace").mkdir()
+    (tmp / "workspace" / "big.md").write_text(document)
+    write_serve_config(tmp, f"http://127.0.0.1:{ollama_port}", app_port)
+    ollama = subprocess.Popen([PYTHON, str(ROOT / "tests" / "scripted_ollama.py"), "--port", str(ollama_port),
+                               "--delay", "0.0005"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = None
+    marks = sorted({m for m in (3, 10, 20, count) if m <= count})
+    rss: dict[int, int] = {}
+    try:
+        wait_port(ollama_port)
+        serve = subprocess.Popen([PYTHON, "-m", "app.cli", "serve", "--config", str(tmp / "harvey.yaml")],
+                                 cwd=tmp, env=serve_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(app_port, "/healthz")
+        t0 = time.monotonic()
+        with httpx.Client(base_url=f"http://127.0.0.1:{app_port}", timeout=30.0, follow_redirects=True) as http:
+            page = http.get("/")
+            token = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(page.text)).group(1)
+            headers = {"X-CSRF-Token": token, "HX-Request": "true"}
+            name = page.url.path.rsplit("/", 1)[-1]
+            for n in range(1, count + 1):
+                if n > 1:
+                    name = http.post("/new", headers=headers).url.path.rsplit("/", 1)[-1]
+                card = http.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}, headers=headers).text
+                job = re.search(r"/analysis/([0-9a-f]+)/start", card).group(1)
+                http.post(f"/s/{name}/analysis/{job}/start", data={"instruction": "Summarize each section."},
+                          headers=headers)
+                deadline = time.monotonic() + 300
+                while "synthesis: model=" not in (tmp / "sessions" / f"{name}.spmd").read_text():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"analysis {n} did not finish")
+                    time.sleep(0.05)
+                http.get(f"/s/{name}")
+                if n in marks:
+                    rss[n] = rss_kb(serve.pid)[0]
+        return {"marks": rss, "seconds": time.monotonic() - t0}
+    finally:
+        for proc in (serve, ollama):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_analyses(result: dict, count: int) -> None:
+    marks = result["marks"]
+    first = marks[min(marks)]
+    print(f"\n{count} analyses of a 20-chunk file through harvey serve, one after another, "
+          f"{result['seconds']:.1f} s:\n")
+    rows = [[f"after analysis {n}", f"{v / 1024:.1f} MB", f"{(v - first) / 1024:+.1f} MB"] for n, v in marks.items()]
+    print(table(["point", "VmRSS", f"growth since analysis {min(marks)}"], rows))
+    print(f"\nGrowth from analysis {min(marks)} to {max(marks)}: {(marks[max(marks)] - first) / 1024:+.1f} MB "
+          "(goal: < 10 MB together with the turns run).")
+
+
 def print_turns(result: dict, turns: int, per_session: int) -> None:
     marks = result["marks"]
     first = marks[min(marks)]
@@ -254,7 +316,15 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300, help="chat turns in the turns run (0: skip it)")
     parser.add_argument("--per-session", type=int, default=10, help="turns per session in the turns run")
     parser.add_argument("--skip-analysis", action="store_true", help="only the turns run")
+    parser.add_argument("--analyses", type=int, default=0, help="also N analyses in one serve (problem 10)")
     args = parser.parse_args()
+    if args.analyses and args.skip_analysis:
+        document, _ = fit_to_chunks(synthetic_markdown, 20, "markdown", 10, 60)
+        print(header("Memory of harvey serve over analyses (issue 13, problem 10)",
+                     f"python bench/bench_memory.py --skip-analysis --turns 0 --analyses {args.analyses}"))
+        print_analyses(analyses_run(args.analyses, document), args.analyses)
+        if not args.turns:
+            return
     if args.skip_analysis:
         print(header("Memory of harvey serve over chat turns (issue 13, problem 10)",
                      f"python bench/bench_memory.py --skip-analysis --turns {args.turns} "

@@ -117,6 +117,11 @@ class JobRunner:
         with self._lock:
             return [j for j in self.jobs.values() if j.session == session]
 
+    def settled_for(self, session: str) -> list[Job]:
+        """The session's recently settled jobs (the last few are kept: their partial answers stay openable)."""
+        with self._lock:
+            return [job for job, _ in self._settled.values() if job.session == session]
+
     def open_for(self, session: str) -> Job | None:
         """The session's newest job that still needs the user or is still working."""
         for job in reversed(self.for_session(session)):

@@ -114,7 +114,8 @@ def _views(session: Session, default_model: str, start: int = 0, stop: int | Non
     if running and running.turn in by_index:
         by_index[running.turn].streaming = True
         by_index[running.turn].reply_html = None
-    for job in svc.jobs.for_session(session.name) if svc.jobs else ():
+    jobs = [*svc.jobs.for_session(session.name), *svc.jobs.settled_for(session.name)] if svc.jobs else []
+    for job in jobs:
         view = by_index.get(job.turn)
         if view is not None and job.state not in SETTLED:
             view.alert, view.harvey_text = job, ""
