@@ -70,6 +70,19 @@ def wait_port(port: int, path: str = "/", timeout: float = 30.0) -> None:
     raise RuntimeError(f"nothing answers on port {port}")
 
 
+def stop_all(procs, tmp: Path, timeout: float = 20.0) -> None:
+    """Stop the serve and the scripted server as a user would (SIGINT), then remove the folder."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def one_run(document: str) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-memory-"))
     ollama_port, app_port = free_port(), free_port()
@@ -128,15 +141,7 @@ def one_run(document: str) -> dict:
         return {"started": started, "idle": idle, "peak": peak, "sampled_max": max(samples), "after": after,
                 "seconds": seconds}
     finally:
-        for proc in (serve, ollama):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop_all((serve, ollama), tmp)
 
 
 def turns_run(turns: int, per_session: int, grace_wait: float = 35.0) -> dict:
@@ -184,15 +189,7 @@ def turns_run(turns: int, per_session: int, grace_wait: float = 35.0) -> dict:
         return {"marks": rss, "after_grace": after_grace, "seconds": seconds,
                 "sessions": (turns + per_session - 1) // per_session}
     finally:
-        for proc in (serve, ollama):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop_all((serve, ollama), tmp)
 
 
 def analyses_run(count: int, document: str) -> dict:
@@ -235,15 +232,7 @@ def analyses_run(count: int, document: str) -> dict:
                     rss[n] = rss_kb(serve.pid)[0]
         return {"marks": rss, "seconds": time.monotonic() - t0}
     finally:
-        for proc in (serve, ollama):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop_all((serve, ollama), tmp)
 
 
 def print_analyses(result: dict, count: int) -> None:
