@@ -220,8 +220,8 @@ def analyses_run(count: int, document: str) -> dict:
                     name = http.post("/new", headers=headers).url.path.rsplit("/", 1)[-1]
                 card = http.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}, headers=headers).text
                 job = re.search(r"/analysis/([0-9a-f]+)/start", card).group(1)
-                http.post(f"/s/{name}/analysis/{job}/start", data={"instruction": "Summarize each section."},
-                          headers=headers)
+                http.post(f"/s/{name}/analysis/{job}/start", headers=headers,
+                          data={"instruction": "Summarize each section.", "scope": "all"})
                 deadline = time.monotonic() + 300
                 while "synthesis: model=" not in (tmp / "sessions" / f"{name}.spmd").read_text():
                     if time.monotonic() > deadline:
