@@ -22,7 +22,7 @@ import math
 from typing import Callable
 
 from .. import chunking
-from ..budget import estimate_messages, estimate_tokens
+from ..budget import estimate_messages, estimate_tokens, reduce_batches
 from ..errors import Refused
 
 log = logging.getLogger(__name__)
@@ -71,17 +71,10 @@ def cut(text: str, tokens: int, bpt: float) -> str:
 
 
 def batches(parts: list[str], room: int, bpt: float) -> list[list[str]]:
-    """Consecutive groups of parts whose estimate fits ``room`` (each part must fit alone)."""
-    groups: list[list[str]] = [[]]
-    used = 0
-    for part in parts:
-        cost = estimate_tokens(part + "\n\n", bpt)
-        if used + cost > room and groups[-1]:
-            groups.append([])
-            used = 0
-        groups[-1].append(part)
-        used += cost
-    return [g for g in groups if g]
+    """Consecutive groups of parts whose estimate fits ``room`` (each part must fit alone),
+    by ``budget.reduce_batches``, the rule the card's estimate plans with."""
+    groups = reduce_batches([estimate_tokens(part + "\n\n", bpt) for part in parts], room)
+    return [[parts[i] for i in group] for group in groups]
 
 
 def ranges(numbers: list[int]) -> str:
