@@ -14,6 +14,7 @@ from fountain import FountainParser
 from app.analysis.store import JobStore
 from app.sessions import fountain
 from app.budget import estimate_messages
+from waiting import wait_until
 from conftest import make_config
 from scripted_ollama import Reply
 from test_fountain import jouvence_dialogue
@@ -66,19 +67,8 @@ def session_text(live, name):
 
 
 def wait_for(predicate, timeout=30.0, what="the condition"):
-    """Poll ``predicate`` until it is true; fail (never hang) after ``timeout`` seconds.
-
-    A local helper (tests/waiting.py's ``wait_until`` comes on another branch). The
-    deadline is generous: it only bounds a broken run, it does not time the code.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+    """Poll ``predicate`` until true; fail after ``timeout`` s (tests/waiting.py's wait_until)."""
+    return wait_until(predicate, timeout, what)
 
 
 def wait_state(live, job, states, timeout=30):

@@ -16,6 +16,7 @@ import pytest
 
 from app.analysis import job as job_module
 from app.analysis.job import TRANSITIONS
+from waiting import wait_until
 from app.config import ModelConfig
 from app.sessions import fountain
 from scripted_ollama import Reply
@@ -25,15 +26,8 @@ MAP = re.compile(r"\nChunk (\d+) of \d+(?: \([^\n]*\))?:\n")
 
 
 def wait_for(predicate, timeout=30.0, what="the condition"):
-    """Poll ``predicate`` until true; fail after ``timeout`` s (a bound on a broken run, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+    """Poll ``predicate`` until true; fail after ``timeout`` s (tests/waiting.py's wait_until)."""
+    return wait_until(predicate, timeout, what)
 
 
 def wait_state(job, *states, timeout=30.0):

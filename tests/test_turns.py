@@ -13,6 +13,7 @@ import pytest
 from app.chat import prepare
 from app.sessions import fountain, notes
 from app.sessions.store import SessionStore, TurnMoved
+from waiting import wait_until
 from conftest import make_config
 from scripted_ollama import Reply
 
@@ -20,13 +21,8 @@ T0 = datetime(2026, 11, 30, 9, 0, 0)
 
 
 def wait_for(predicate, timeout=10.0, what="the condition"):
-    """Poll ``predicate`` until it is true; fail after ``timeout`` seconds (never loop for ever)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
+    """Poll ``predicate`` until true; fail after ``timeout`` s (tests/waiting.py's wait_until)."""
+    return wait_until(predicate, timeout, what)
 
 
 def idle(live, name):
