@@ -657,3 +657,23 @@ def test_the_round_trip_check_catches_a_harvey_style_writer(monkeypatch):
     lost = [t for t in texts if spmd.turns(spmd.loads(session_text(one_turn("q", t))))[0].reply != t]
     assert lost == texts
     assert FountainParser().validate(session_text(one_turn("q", NASTY_REPLY))) != []
+
+
+def test_chunk_passages_are_notes_that_read_back():
+    """#15: a cited chunk's range, heading path and quoted words survive the file (odd characters too)."""
+    passages = {2: spmd.Passage(2, 1200, 2480, (31, 58), None, "Setup › Keys, [[odd]] ones",
+                                ["the vault code is 4471", "ends in ]] here"]),
+                3: spmd.Passage(3, 2480, 3900, (58, 90), (4, 5))}
+    a = spmd.ChunkAnalysis("doc.pdf", 3, "LLAMA3", "paragraph", 1500, "Find the codes.",
+                           datetime(2026, 6, 27, 10, 4, 8), ["ok", "ok", "ok"], "ok",
+                           passages=passages, source="sha256:0123abcd", relevant=2)
+    text = spmd.dumps(spmd.Screenplay({}, [spmd.chunk_scene(a, "rsdoiel")]))
+    assert "[[chunk-passage: 2/3 — lines 31-58, chars 1200-2480 — Setup › Keys, [ [odd] ] ones]]" in text
+    assert "[[chunk-quote: 2/3 — ends in ] ] here]]" in text
+    assert "[[chunk-passage: 3/3 — lines 58-90, chars 2480-3900, pages 4-5]]" in text
+    assert FountainParser().validate(text) == []
+    back = spmd.read_chunk_scene(spmd.loads(text).scenes[0])
+    assert back.results == ["ok", "ok", "ok"] and back.source == "sha256:0123abcd" and back.relevant == 2
+    assert back.passages[2].quotes == ["the vault code is 4471", "ends in ] ] here"]
+    assert back.passages[2].heading == "Setup › Keys, [ [odd] ] ones"
+    assert back.passages[3] == passages[3]

@@ -217,6 +217,31 @@ class ChunkAnalysis:
     synthesis: str | None = None
     replies: dict[int, str] = field(default_factory=dict)
     answer: str | None = None
+    # Issue #15, cited answers: where each cited chunk lies in the file as analysed (chunk number
+    # -> Passage), the file's text fingerprint then, and how many chunks had something relevant.
+    passages: dict[int, "Passage"] = field(default_factory=dict)
+    source: str | None = None
+    relevant: int | None = None
+
+
+@dataclass
+class Passage:
+    """Where chunk ``chunk`` (1-based) of an analysed file lies, and the words its partial answer quoted.
+
+    ``start``/``end`` are character offsets into the document's text as the chunker read it
+    (a PDF's or Word file's extracted text); ``lines`` are its 1-based first and last lines
+    there; ``pages`` a PDF's pages.  Written as ``[[chunk-passage: …]]`` and ``[[chunk-quote: …]]``
+    notes in the CHUNK ANALYSIS scene, so a citation [n] in the answer can be opened from the
+    session file alone, after a restart, in the terminal Harvey's reader too (it ignores them).
+    """
+
+    chunk: int
+    start: int
+    end: int
+    lines: tuple[int, int]
+    pages: tuple[int, int] | None = None
+    heading: str = ""
+    quotes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -919,6 +944,12 @@ _CHUNK_NOTE = re.compile(
     r"\s*boundary=(?P<boundary>.*?),\s*chunk-size=(?P<size>\d+)"
 )
 _RESULT_NOTE = re.compile(r"chunk-result:\s*\d+\s*/\s*\d+\s+(?:—|–|--?)\s+(?P<status>.*)")
+_PASSAGE_NOTE = re.compile(
+    r"chunk-passage:\s*(?P<n>\d+)\s*/\s*\d+\s+—\s+lines (?P<l1>\d+)-(?P<l2>\d+), chars (?P<c1>\d+)-(?P<c2>\d+)"
+    r"(?:, pages (?P<p1>\d+)-(?P<p2>\d+))?(?:\s+—\s+(?P<heading>.*))?")
+_QUOTE_NOTE = re.compile(r"chunk-quote:\s*(?P<n>\d+)\s*/\s*\d+\s+—\s+(?P<quote>.*)")
+_SOURCE_NOTE = re.compile(r"chunk-source:\s*(?P<source>\S+)")
+_RELEVANT_NOTE = re.compile(r"chunk-relevant:\s*(?P<n>\d+)\s*/\s*\d+")
 _SYNTHESIS_NOTE = re.compile(r"synthesis:\s*model=(?P<model>.*?)\s+(?:—|–|--?)\s+(?P<status>.*)")
 _CHUNK_PAREN = re.compile(r"chunk\s+(\d+)\s*/\s*\d+")
 _CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type \S+\.")
@@ -942,10 +973,16 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
                         f"boundary={a.boundary}, chunk-size={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
+    if a.source:
+        els.append(Element("note", f"chunk-source: {a.source}"))
     for i, status in enumerate(a.results, 1):
         if i in a.replies:
             els.append(Element("dialogue", a.replies[i], cue, f"chunk {i}/{a.chunks}"))
         els.append(Element("note", f"chunk-result: {i}/{a.chunks} — {status}"))
+        if i in a.passages:
+            els.extend(Element("note", text) for text in passage_notes(a.passages[i], a.chunks))
+    if a.relevant is not None:
+        els.append(Element("note", f"chunk-relevant: {a.relevant}/{a.chunks}"))
     if a.synthesis is not None:
         if a.answer is not None:
             els.append(Element("dialogue", SYNTHESIZING, HARVEY))
@@ -953,6 +990,21 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
         els.append(Element("note", f"synthesis: model={a.model} — {a.synthesis}"))
         els.append(Element("dialogue", _closing_line(a), HARVEY))
     return Scene(f"INT. CHUNK ANALYSIS — {a.file} {when}".rstrip(), els)
+
+
+def _note_safe(text: str) -> str:
+    """One line that cannot close its note early (``]]``) or open another (``[[``)."""
+    return " ".join(text.split()).replace("]]", "] ]").replace("[[", "[ [")
+
+
+def passage_notes(p: Passage, chunks: int) -> list[str]:
+    """A passage as note texts: its range (and heading path, last, so it may hold anything), then each quote."""
+    pages = f", pages {p.pages[0]}-{p.pages[1]}" if p.pages else ""
+    heading = f" — {_note_safe(p.heading)}" if p.heading.strip() else ""
+    out = [f"chunk-passage: {p.chunk}/{chunks} — lines {p.lines[0]}-{p.lines[1]}, chars {p.start}-{p.end}"
+           f"{pages}{heading}"]
+    out += [f"chunk-quote: {p.chunk}/{chunks} — {_note_safe(q)}" for q in p.quotes if q.strip()]
+    return out
 
 
 def _closing_line(a: ChunkAnalysis) -> str:
@@ -1012,5 +1064,17 @@ def _read_chunk_note(a: ChunkAnalysis, note: str) -> None:
         a.boundary, a.chunk_size = m["boundary"], int(m["size"])
     elif m := _RESULT_NOTE.fullmatch(note):
         a.results.append(m["status"])
+    elif m := _PASSAGE_NOTE.fullmatch(note):
+        pages = (int(m["p1"]), int(m["p2"])) if m["p1"] else None
+        quotes = a.passages[int(m["n"])].quotes if int(m["n"]) in a.passages else []
+        a.passages[int(m["n"])] = Passage(int(m["n"]), int(m["c1"]), int(m["c2"]), (int(m["l1"]), int(m["l2"])),
+                                          pages, (m["heading"] or "").strip(), quotes)
+    elif m := _QUOTE_NOTE.fullmatch(note):
+        if int(m["n"]) in a.passages:
+            a.passages[int(m["n"])].quotes.append(m["quote"].strip())
+    elif m := _SOURCE_NOTE.fullmatch(note):
+        a.source = m["source"]
+    elif m := _RELEVANT_NOTE.fullmatch(note):
+        a.relevant = int(m["n"])
     elif m := _SYNTHESIS_NOTE.fullmatch(note):
         a.synthesis = m["status"]
