@@ -178,6 +178,20 @@ def test_list_shows_every_session_newest_first_with_its_facts(live):
     assert f"{size} B" in by_name[old]
 
 
+def test_each_session_shows_a_one_line_preview_of_its_last_exchange(live):
+    """#16: the list and the chat's recent sessions say what a session was last about, in one line."""
+    store = live.services.store
+    long_reply = "**The fan** is loud because the `CPU` is hot; see [the guide](http://x/y). " + "More words. " * 20
+    name = write_session(store, T0, [("first question", "first answer", "tiny:1b"),
+                                     ("Why is the fan loud?", long_reply, "tiny:1b")])
+    item = BeautifulSoup(live.get("/sessions/").text, "html.parser").select_one("#sessions .session-item")
+    preview = item.select_one(".preview").get_text()
+    assert preview.startswith("The fan is loud because the CPU is hot; see the guide. More words.")
+    assert preview.endswith("…") and len(preview) <= 90 and "\n" not in preview
+    recent = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one(".recent .preview")
+    assert recent.get_text() == preview
+
+
 def test_search_keeps_sessions_holding_every_word(live):
     store = live.services.store
     fan = write_session(store, T0, [("Why is the fan loud?", "The CPU is hot: add a heatsink.", "tiny:1b")])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bs4 import BeautifulSoup
 
 from app.chat import prepare
 from app.sessions import fountain, notes
@@ -73,13 +74,20 @@ def test_two_devices_sending_at_once_lose_nothing_and_double_nothing(live, scrip
 
 
 def test_a_message_sent_while_a_reply_streams_is_refused_and_not_written(live, scripted):
-    scripted.script = Reply(text="slow " * 40, token_delay=0.02)
+    scripted.script = Reply(text="slow " * 400, token_delay=0.02)
     name = live.open_session()
     assert live.post(f"/s/{name}/messages", data={"message": "first"}).status_code == 200
     refused = live.post(f"/s/{name}/messages", data={"message": "second"})
     assert refused.status_code == 409 and "still in the box" in refused.text
+    # the other device is told why and offered the streaming reply; its page, loaded now, says why Send is off
+    assert f'href="/s/{name}">Show the reply</a>' in refused.text
+    send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")
+    assert send.has_attr("disabled") and send.get_text() == "Reply streaming…"
+    live.post(f"/s/{name}/stop")        # (the reply would stream for 40 s)
     wait_for(lambda: idle(live, name), what="the reply to end")
     assert [t.user_text for t in recorded_turns(live, name)] == ["first"]
+    send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")
+    assert not send.has_attr("disabled") and send.get_text() == "Send"
 
 
 # -- problem 2: a change addresses its own turn ------------------------------------------

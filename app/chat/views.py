@@ -189,7 +189,7 @@ def _recent(limit: int = 8) -> list[dict]:
         entries = services().store.index().entries()[:limit]
     except OSError:
         return []
-    return [{"name": e.name, "title": e.title, "when": e.date} for e in entries]
+    return [{"name": e.name, "title": e.title, "when": e.date, "preview": e.preview} for e in entries]
 
 
 def _context(session: Session, **extra) -> dict:
@@ -296,7 +296,12 @@ def send(name: str):
     if len(text.encode("utf-8", "surrogatepass")) > svc.config.server.max_message_kb * 1024:
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     with svc.store.lock(name):
-        _refuse_if_busy(svc, name)
+        try:
+            _refuse_if_busy(svc, name)
+        except Busy as exc:         # e.g. the other device's reply: say so, and offer to show it
+            log.info("refused (busy, 409): %s", exc)
+            return render_template("chat/_busy.html", message=str(exc), name=name,
+                                   kind=_busy(svc, name, bool(svc.replies.running(name)))), 409
         untitled = svc.store.load(name)
         session = _title_from_first(svc, untitled, text)
         pending = svc.jobs.open_for(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ class Summary:
     size: int
     key: tuple[int, int]          # (mtime_ns, size): the file is re-read when this changes
     text: str                     # casefolded words of the whole screenplay
+    preview: str = ""             # one line of the last exchange, for the list
 
 
 class SessionIndex:
@@ -95,7 +97,24 @@ def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
         words += [f"{el.character}\n{el.text}" for el in scene.elements]
     return Summary(name=name, title=page.get("Title", "Harvey Session"), date=page.get("Date") or _name_date(name),
                    models=models, turns=len(turns), analysis=any(fountain.read_chunk_scene(s) for s in play.scenes),
-                   size=key[1], key=key, text="\n".join(words).casefold())
+                   size=key[1], key=key, text="\n".join(words).casefold(), preview=preview(turns))
+
+
+PREVIEW_CHARS = 90
+_MARKUP = re.compile(r"[`*_#>|~]+|\[\[.*?\]\]|!?\[([^\]]*)\]\([^)]*\)")
+
+
+def preview(turns: list[fountain.Turn]) -> str:
+    """One line of the newest exchange (its reply, else its message), without Markdown marks.
+
+    The list shows what a session was last about, not only its title (#16).
+    """
+    for turn in reversed(turns):
+        text = turn.reply or turn.user_text or turn.harvey
+        if text and text.strip():
+            line = " ".join(_MARKUP.sub(lambda m: m.group(1) or " ", text).split())
+            return line if len(line) <= PREVIEW_CHARS else line[:PREVIEW_CHARS - 1].rstrip() + "…"
+    return ""
 
 
 def _name_date(name: str) -> str:
