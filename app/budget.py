@@ -49,6 +49,15 @@ def estimate_messages(messages: list[dict], bytes_per_token: float) -> int:
                for m in messages)
 
 
+def observed_bpt(messages: list[dict], prompt_eval_count: int | None) -> float | None:
+    """The bytes per token one call's server count shows (None: too small to say anything)."""
+    size = sum(len((m.get("content") or "").encode()) for m in messages)
+    content_tokens = (prompt_eval_count or 0) - MESSAGE_OVERHEAD_TOKENS * len(messages)
+    if size < 200 or content_tokens <= 0:
+        return None
+    return min(MAX_BPT, max(MIN_BPT, size / content_tokens))
+
+
 def context_window(config: Config, model: str, trained: int | None) -> int:
     """The window sent as num_ctx: configured, else min(trained, default)."""
     configured = config.model(model).context_window
@@ -247,7 +256,6 @@ class Calibration:
         """One bytes-per-token sample, unless the call was too small or cut."""
         if not prompt_eval_count:
             return None
-        size = sum(len((m.get("content") or "").encode()) for m in messages)
         # the kind's own figure if learned, else the chat one unscaled: a conservative prior
         # must not make a sparse text look cut
         check_bpt = (self.bytes_per_token(model, kind) if self.samples(model, kind)
@@ -257,10 +265,9 @@ class Calibration:
             return (f"Ollama read only {prompt_eval_count} prompt tokens where about {estimate} were sent: "
                     "the server may have cut the conversation silently (an old Ollama ignores "
                     "truncate: false). Earlier context may be missing from that reply.")
-        content_tokens = prompt_eval_count - MESSAGE_OVERHEAD_TOKENS * len(messages)
-        if size < 200 or content_tokens <= 0:
-            return None  # too small to say anything about the bytes per token
-        observed = min(MAX_BPT, max(MIN_BPT, size / content_tokens))
+        observed = observed_bpt(messages, prompt_eval_count)
+        if observed is None:
+            return None
         with self._lock:
             samples = self._list(model, kind, create=True)
             samples.append(observed)

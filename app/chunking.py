@@ -1545,6 +1545,30 @@ def chunk_document(doc: Document) -> list[Chunk]:
     return out
 
 
+def chunks_from(doc: Document, offset: int, first_index: int) -> list[Chunk]:
+    """The chunks of ``doc`` (with its settings) that cover its text from ``offset`` on, numbered from
+    ``first_index``; a chunk that straddles ``offset`` keeps only its part after it.
+
+    A running analysis re-plans the rest of its file once a map call has measured the
+    file's real bytes per token (``offset`` is where its finished chunks end), so the
+    finished chunks stay exactly as they were and the rest is sized right.
+    """
+    t, out = doc.text, []
+    for c in chunk_document(doc):
+        if c.end <= offset:
+            continue
+        if c.body_start < offset:
+            first = _NONSPACE.search(t, offset, c.end)
+            if first is None:
+                continue
+            c = dataclasses.replace(c, start=offset, body_start=offset, text=t[offset:c.end],
+                                    tokens=math.ceil(len(t[offset:c.end].encode()) / doc.settings.bytes_per_token),
+                                    first_line=t.count("\n", 0, first.start()) + 1)
+        index = first_index + len(out)
+        out.append(dataclasses.replace(c, index=index, id=f"{doc.fingerprint}-r{index:04d}"))
+    return out
+
+
 def chunk_text(text: str, kind: str = "prose",
                settings: ChunkSettings | None = None) -> list[Chunk]:
     """Chunk a string.  Offsets refer to ``make_document(text, kind).text``

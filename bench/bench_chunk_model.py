@@ -16,7 +16,7 @@ The same text is analysed twice with the same instruction, map-reduce as the app
 Both: system prompt = the app's MAP_SYSTEM / REDUCE_SYSTEM, num_ctx 8192, temperature 0;
 partial answers ``[Chunk i of N (heading)]\\n<answer>`` batched with ``budget.reduce_batches``
 into reduce requests that fit (reply 512 for the last one, the map budget for the others).
-Model: SmolLM2-135M-Instruct (``app.demo_server.DemoServer``, threads=1) through
+Model: SmolLM2-135M-Instruct (``harvey_demo.server.DemoServer``, threads=1) through
 ``app.ollama.OllamaClient``; model time = Ollama's ``prompt_eval_duration + eval_duration``
 summed over the requests (the machine is shared; these durations are the model's own).
 Also: the largest prompt_eval_count + num_predict of any request against the window.
@@ -93,7 +93,7 @@ def run(client, label: str, maps: list[tuple[list[dict], int, str]], total: int)
 
 
 def main(argv=None) -> int:
-    from app import demo_server
+    from harvey_demo import server as demo_server
     from app.ollama import OllamaClient
     from bench_chunk_quality import load_before
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.chunking import html_to_text  # noqa: E402
-from app.demo_server import ModelEngine, _post_json, find_model_path  # noqa: E402
+from harvey_demo.server import ModelEngine, _post_json, find_model_path  # noqa: E402
 
 LIC = Path("/usr/share/common-licenses")
 NODE = Path("/usr/share/doc/nodejs/api")

@@ -119,6 +119,11 @@ class Job:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     model_seconds: float = 0.0
+    # The file's own bytes per token, measured by the map calls (the smallest figure seen), and
+    # the re-plans it led to, in order: [at, offset, bpt, size] = chunks from number ``at``
+    # (0-based) on cover the text from ``offset``, sized at ``bpt`` and ``size`` tokens.
+    measured_bpt: float = 0.0
+    replans: list[list] = field(default_factory=list)
 
     @property
     def asked(self) -> str:
@@ -129,6 +134,11 @@ class Job:
     def task(self) -> str:
         """The instruction the model sees: the user's words without the @model directive."""
         return without_directive(self.instruction)
+
+    @property
+    def map_bpt(self) -> float:
+        """The bytes-per-token figure the map requests are sized and checked with."""
+        return self.replans[-1][2] if self.replans else self.bytes_per_token
 
     @property
     def total(self) -> int:

@@ -7,6 +7,7 @@ caller applies them through a transition.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from .. import chunking
@@ -107,6 +108,53 @@ def document(svc, job: Job) -> chunking.Document:
     chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=svc.config.chunking.overlap,
                                     bytes_per_token=job.bytes_per_token)
     return chunking.read_document(wf.path, chosen)
+
+
+REPLAN_CHANGE = 0.10     # re-plan when the file's measured figure differs from the one in use by more
+REPLAN_CAUTION = 0.95    # a measured figure is a little high when a server reuses a cached prefix
+MAX_REPLANS = 4          # a file whose density keeps changing is not re-planned after every chunk
+
+
+def job_chunks(svc, job: Job, doc: chunking.Document) -> list[chunking.Chunk]:
+    """The job's chunks: the plan's, with the rest re-sized at each re-plan (``chunking.chunks_from``)."""
+    chunks = chunking.chunk_document(doc)
+    for at, offset, bpt, size in job.replans:
+        chunks = chunks[:at] + chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
+    return chunks[:job.total]          # (a re-plan set the new total)
+
+
+def _selected(job: Job, chunks: int) -> int:
+    return chunks if job.selected in (0, job.chunks) else min(job.selected, chunks)
+
+
+def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Document:
+    return dataclasses.replace(doc, settings=dataclasses.replace(doc.settings, bytes_per_token=bpt,
+                                                                 size_tokens=size))
+
+
+def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) -> dict | None:
+    """New job fields when the map calls so far show that the file's bytes per token is not the
+    figure in use (#14): the chunks after ``done`` are re-sized to the measured one, so a file
+    denser than its kind's calibration is not refused for size and a lighter one needs fewer
+    calls.  None: the plan stands.
+    """
+    if len(job.replans) >= MAX_REPLANS or not job.measured_bpt or not done:
+        return None
+    bpt = round(job.measured_bpt * REPLAN_CAUTION, 3)
+    if abs(bpt / job.map_bpt - 1) <= REPLAN_CHANGE:
+        return None
+    size = job.size_tokens
+    if bpt > job.bytes_per_token:      # lighter: larger chunks, but each must still fit at the plan's figure
+        effective = effective_context(svc, job.model, job.window)
+        room = effective - map_fixed_tokens(svc, job.task, job.bytes_per_token, effective)
+        size = max(64, min(size, math.floor(room * job.bytes_per_token / bpt)))
+    at, offset = len(done), done[-1].end
+    rest = chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
+    chunks = at + len(rest)
+    estimate = estimate_cost(svc, job.model, job.window, bpt, job.task,
+                             [c.tokens for c in done] + [c.tokens for c in rest])
+    return dict(replans=[*job.replans, [at, offset, bpt, size]], chunks=chunks, selected=_selected(job, chunks),
+                estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or job.estimated_seconds)
 
 
 def file_tokens(svc, file: str, bpt: float) -> tuple[str, int]:

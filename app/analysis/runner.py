@@ -36,7 +36,7 @@ import time
 from collections import OrderedDict
 
 from .. import chunking
-from ..budget import estimate_messages
+from ..budget import estimate_messages, observed_bpt
 from ..chat import prepare as conversation
 from ..errors import HarveyError
 from ..events import EventLog
@@ -356,19 +356,38 @@ class JobRunner:
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
                                    "match. Discard this analysis and start a new one.")
-        if job.synthesis != "pending":
-            for chunk in chunking.chunk_document(doc)[:job.total]:
-                done = job.results.get(chunk.index)
-                if done is not None and done.status == "ok":
-                    continue        # finished before: never redone
-                if self._stopped(job):
-                    break
-                pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-                if not self._map_one(job, chunk, pages):
-                    return          # interrupted: Ollama is away
+        if job.synthesis != "pending" and not self._map_all(job, doc):
+            return                  # interrupted: Ollama is away
         if self._stopped(job):
             return self._after_stop(job)
         self._reduce(job)
+
+    def _map_all(self, job: Job, doc: chunking.Document) -> bool:
+        """Map every chunk without an answer (a finished one is never redone); False when interrupted.
+
+        After the first chunk the rest may be re-planned from the file's measured bytes per
+        token (``plan.replan``): the chunk list is rebuilt and the loop carries on from there.
+        """
+        chunks, i = plan.job_chunks(self.svc, job, doc), 0
+        while i < len(chunks):
+            chunk, i = chunks[i], i + 1
+            done = job.results.get(chunk.index)
+            if done is not None and done.status == "ok":
+                continue
+            if self._stopped(job):
+                return True
+            pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
+            if not self._map_one(job, chunk, pages):
+                return False
+            changes = plan.replan(self.svc, job, doc, chunks[:i])
+            if changes is not None and not self._stopped(job):
+                log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are "
+                         "re-sized (%d chunks in all, were %d)", job.id, job.file, job.measured_bpt,
+                         job.bytes_per_token, changes["chunks"], job.chunks)
+                self.machine.update(job, **changes)
+                chunks = plan.job_chunks(self.svc, job, doc)
+                self._progress(job)
+        return True
 
     def _stopped(self, job: Job) -> bool:
         return self._stopping or job.state not in WORKING
@@ -415,7 +434,7 @@ class JobRunner:
                 return True
             started = time.monotonic()
             try:
-                text = self._call(job, messages, budget.num_predict, kind=job.text_kind or None)
+                text = self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
                 result = ChunkResult(chunk.index, "ok", text, seconds=time.monotonic() - started, heading=heading)
                 break
             except HarveyError as exc:
@@ -447,13 +466,16 @@ class JobRunner:
             "finished and kept. Retry when Ollama is back."))
         self._emit_state(job)
 
-    def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None) -> str:
+    def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
+              chunk: bool = False) -> str:
         """One model call with the chat's num_ctx; refuses anything over the window.
 
         What it cost (the server's own prompt and reply token counts, its time) is added
-        to the job, and the calibration for ``kind`` learns from it.
+        to the job, and the calibration for ``kind`` learns from it; a map call (``chunk``)
+        also measures the file's own bytes per token, which a re-plan sizes the rest with.
         """
-        estimate = estimate_messages(messages, job.bytes_per_token) + num_predict
+        bpt = job.map_bpt if chunk else self._reduce_bpt(job)
+        estimate = estimate_messages(messages, bpt) + num_predict
         if estimate > job.window:
             raise ContextExceeded(f"A request of about {estimate} tokens would exceed the window of "
                                   f"{job.window} tokens.")
@@ -477,8 +499,16 @@ class JobRunner:
             job.prompt_tokens += final.prompt_eval_count or 0
             job.generated_tokens += final.eval_count or 0
             job.model_seconds += final.seconds or 0.0
+            measured = observed_bpt(messages, final.prompt_eval_count) if chunk else None
+            if measured:
+                job.measured_bpt = min(job.measured_bpt or measured, measured)
         self.svc.calibration.observe(job.model, messages, final, kind=kind, num_predict=num_predict)
         return text.strip()
+
+    def _reduce_bpt(self, job: Job) -> float:
+        """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
+        (or the plan's, if that is more cautious)."""
+        return min(job.bytes_per_token, self.svc.calibration.bytes_per_token(job.model, "prose", conservative=True))
 
     def _stream_of(self, job: Job) -> ChatStream | None:
         current = self._stream
@@ -500,7 +530,7 @@ class JobRunner:
         effective = plan.effective_context(self.svc, job.model, job.window)
         combiner = mapreduce.Combiner(
             lambda messages, reply: self._call(job, messages, reply), effective=effective,
-            safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=job.bytes_per_token,
+            safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
             progress=lambda stage: self._progress(job, stage=stage))
         try:

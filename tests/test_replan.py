@@ -1,0 +1,115 @@
+"""Issue 14: a running analysis re-sizes its remaining chunks from the file's measured bytes per token.
+
+The plan sizes chunks with the kind's calibration; the first map calls' ``prompt_eval_count``
+shows what this file really costs. A lighter file then needs fewer calls; a denser part is
+re-sized before its requests would pass the window. Through waitress against the scripted
+server, whose token counts each test decides.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from app import chunking
+from app.analysis import plan
+from scripted_ollama import Reply
+from test_analysis import big_markdown, map_or_reduce, session_text, start_job
+from test_analysis_state import MAP, is_map, wait_settled
+from app.sessions import fountain
+
+PARAGRAPH_MARK = re.compile(r"Paragraph (\d+\.\d+)\. ")
+
+
+def test_chunks_from_an_offset_cover_the_rest_of_the_text_contiguously():
+    text = big_markdown()
+    doc = chunking.make_document(text, "markdown", chunking.ChunkSettings(size_tokens=600, bytes_per_token=3.0))
+    planned = chunking.chunk_document(doc)
+    offset = planned[2].end
+    lighter = chunking.make_document(text, "markdown", chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.5))
+    rest = chunking.chunks_from(lighter, offset, 3)
+    assert [c.index for c in rest] == list(range(3, 3 + len(rest)))
+    assert rest[0].body_start == offset and rest[-1].end == len(doc.text)
+    for before, after in zip(rest, rest[1:]):
+        assert after.body_start == before.end              # no gap, nothing twice
+    assert len(rest) < len(planned) - 3                    # the lighter figure makes fewer chunks
+    assert rest[0].first_line == doc.text.count("\n", 0, offset) + 1 + (doc.text[offset] == "\n")
+
+
+def covered(maps) -> set[str]:
+    return {m for rec in maps for m in PARAGRAPH_MARK.findall(rec.body["messages"][-1]["content"])}
+
+
+def test_a_lighter_file_is_re_planned_after_its_first_chunk_into_fewer_calls(tmp_path, scripted, make_live):
+    """The scripted server counts 4 bytes per token; a fresh plan counts Markdown denser."""
+    from test_analysis import big_file_config
+    scripted.script = map_or_reduce
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    planned = job.chunks
+    wait_settled(live, job)
+    assert job.state == "done"
+    maps = [rec for rec in scripted.chats() if is_map(rec)]
+    assert len(job.replans) == 1 and job.replans[0][0] == 1           # once, after chunk 1
+    assert len(maps) == job.chunks < planned                          # fewer calls than planned
+    numbers = [int(MAP.search(rec.body["messages"][-1]["content"]).group(1)) for rec in maps]
+    assert numbers == list(range(1, job.chunks + 1))                  # each chunk once, in order
+    every = set(PARAGRAPH_MARK.findall(big_markdown()))
+    assert covered(maps) == every                                     # no text lost at the re-plan
+    turn = fountain.turns(fountain.loads(session_text(live, name)))[0]
+    assert turn.analysis.chunks == job.chunks and turn.analysis.results == ["ok"] * job.chunks
+
+
+def dense_markdown() -> str:
+    """Sections 1-4 light, 5-8 dense, 9-12 denser still (each paragraph line carries its density)."""
+    parts = []
+    for s in range(12):
+        parts.append(f"## Section {s + 1}\n")
+        mark = "" if s < 4 else "DENSE " if s < 8 else "DENSEST "
+        for p in range(10):
+            parts.append(f"Paragraph {s + 1}.{p + 1}. {mark}" + "Words of the methodology and results. " * 10 + "\n")
+    return "\n".join(parts)
+
+
+DENSITY = {"DENSEST": 1.5, "DENSE": 1.9}
+
+
+def server_tokens(body) -> int:
+    """The scripted server's 'true' count: 4 bytes per token, less for the dense lines."""
+    total = 0.0
+    for message in body["messages"]:
+        for line in (message.get("content") or "").split("\n"):
+            figure = next((v for k, v in DENSITY.items() if k + " " in line), 4.0)
+            total += (len(line.encode()) + 1) / figure
+    return math.ceil(total)
+
+
+def test_a_denser_part_is_re_sized_before_its_requests_pass_the_window(tmp_path, scripted, make_live):
+    from conftest import make_config
+
+    def script(body):
+        reply = map_or_reduce(body)
+        return Reply(text=reply.text, prompt_eval_count=server_tokens(body))
+
+    scripted.script = script
+    scripted.models["tiny:1b"] = 2048
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "dense.md").write_text(dense_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize dense.md"})
+    job = live.services.jobs.open_for(name)
+    # the precondition: a chunk of the plan's size in the densest part would pass the window
+    doc = plan.document(live.services, job)
+    plan_bytes = max(len(c.text.encode()) for c in chunking.chunk_document(doc))
+    assert plan_bytes / DENSITY["DENSEST"] > 2048
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "all"})
+    wait_settled(live, job, timeout=60)
+    assert job.state == "done", job.message
+    assert not [rec for rec in scripted.chats() if rec.refused]       # no request refused for size
+    assert len(job.replans) >= 2                                      # up after the light part, down after
+    assert job.replans[-1][2] < DENSITY["DENSE"]                      # the dense one
+    maps = [rec for rec in scripted.chats() if is_map(rec)]
+    assert covered(maps) == set(PARAGRAPH_MARK.findall(dense_markdown()))
