@@ -399,3 +399,20 @@
     if (form && form.id === "composer" && event.detail.successful && status) status.hidden = true;
   });
 })();
+
+// -- The prompt library (issue 15) ----------------------------------------------------------
+// An earlier instruction's button on the alert card fills the instruction box with it (the
+// box stays editable; Start sends what it holds).
+(function () {
+  "use strict";
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button.suggestion[data-fill]");
+    if (!button) return;
+    var box = document.getElementById(button.dataset.fill);
+    if (!box) return;
+    box.value = button.dataset.text;
+    box.focus();
+    box.setSelectionRange(box.value.length, box.value.length);
+    if (window.harveyAnnounce) window.harveyAnnounce("Instruction filled in.");
+  });
+})();

@@ -20,6 +20,7 @@ from ..services import services
 from ..sessions import fountain
 from ..sessions.store import SessionNotFound
 from ..chat import prepare as conversation
+from . import library
 from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
 bp = Blueprint("analysis", __name__)
@@ -215,4 +216,18 @@ def _card_context() -> dict:
     """What the analysis card needs in any page that shows one."""
     runner = services().jobs
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
-            "job_log_id": lambda job: runner.log_for(job).last_id}
+            "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions}
+
+
+def past_instructions(job: Job) -> list[library.Suggestion]:
+    """The user's earlier chunk instructions for the card's file, best first (the prompt library).
+
+    Read from the session index, which re-parses only the files that changed: a card
+    costs one directory scan, not a read of every session. No list (rather than no card)
+    when the folder cannot be read.
+    """
+    try:
+        mined = services().store.index().instructions()
+    except OSError:
+        return []
+    return library.suggest(mined, job.file, job.instruction)

@@ -2,7 +2,11 @@
 
 The files stay the truth; this is a cache keyed by (mtime, size) that the list
 and its search read, so listing hundreds of sessions does not parse hundreds of
-files per request on a Pi.
+files per request on a Pi. Each summary also keeps the session's chunk
+instructions (its INT. CHUNK ANALYSIS scenes' user lines, seed 000 D5), which the
+alert card offers again (app/analysis/library.py). The store, the one writer,
+calls ``forget`` on every write; files written by others (the terminal Harvey,
+a copy) are caught by their (mtime, size).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import logging
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +23,23 @@ from . import fountain
 from .names import SUFFIX, distinct_models, valid_name
 
 log = logging.getLogger(__name__)
+
+# The prompt library (issue #15): chunk instructions kept per session, bounded so the index
+# stays small however long the sessions are. Longer instructions are not kept (not truncated:
+# a cut instruction filled back into the box would be wrong).
+INSTRUCTIONS_PER_SESSION = 20
+INSTRUCTION_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """A chunk instruction the user wrote, as an INT. CHUNK ANALYSIS scene records it (seed 000 D5)."""
+
+    text: str                     # as written, ``@model`` directive included
+    file: str                     # the file it was run on
+    when: datetime | None         # the scene's timestamp
+    session: str                  # the session's name (sorts by its creation time)
+
 
 @dataclass
 class Summary:
@@ -34,6 +55,7 @@ class Summary:
     key: tuple[int, int]          # (mtime_ns, size): the file is re-read when this changes
     text: str                     # casefolded words of the whole screenplay
     preview: str = ""             # one line of the last exchange, for the list
+    instructions: tuple[Instruction, ...] = field(default=())   # its chunk instructions, oldest first
 
 
 class SessionIndex:
@@ -77,6 +99,19 @@ class SessionIndex:
             self._entries = fresh
         return sorted(fresh.values(), key=lambda s: s.name, reverse=True)
 
+    def forget(self, name: str) -> None:
+        """Re-read ``name`` at the next scan: the store calls this on every write it makes.
+
+        The (mtime, size) key alone misses a rewrite of the same size within the file
+        system's timestamp granularity (coarse on some SD-card file systems).
+        """
+        with self._lock:
+            self._entries.pop(name, None)
+
+    def instructions(self) -> list[Instruction]:
+        """Every session's chunk instructions (the prompt library's source), newest session first."""
+        return [i for s in self.entries() for i in reversed(s.instructions)]
+
     def search(self, query: str) -> list[Summary]:
         """Sessions whose text holds every word of ``query`` (case-insensitive)."""
         words = query.casefold().split()
@@ -95,9 +130,21 @@ def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
     for scene in play.scenes:
         words.append(scene.heading)
         words += [f"{el.character}\n{el.text}" for el in scene.elements]
+    analyses = [a for a in map(fountain.read_chunk_scene, play.scenes) if a]
     return Summary(name=name, title=page.get("Title", "Harvey Session"), date=page.get("Date") or _name_date(name),
-                   models=models, turns=len(turns), analysis=any(fountain.read_chunk_scene(s) for s in play.scenes),
-                   size=key[1], key=key, text="\n".join(words).casefold(), preview=preview(turns))
+                   models=models, turns=len(turns), analysis=bool(analyses), size=key[1], key=key,
+                   text="\n".join(words).casefold(), preview=preview(turns),
+                   instructions=_instructions(name, analyses))
+
+
+def _instructions(name: str, analyses: list[fountain.ChunkAnalysis]) -> tuple[Instruction, ...]:
+    """The analyses' instructions, newest ``INSTRUCTIONS_PER_SESSION``.
+
+    The terminal Harvey's recorder writes no instruction line: those scenes give none.
+    """
+    found = [Instruction(a.instruction, a.file, a.when, name) for a in analyses
+             if a.instruction.strip() and len(a.instruction) <= INSTRUCTION_CHARS]
+    return tuple(found[-INSTRUCTIONS_PER_SESSION:])
 
 
 PREVIEW_CHARS = 90

@@ -268,7 +268,14 @@ class SessionStore:
         atomic_write_text(path, fountain.join_file(play.title_page, texts))
         session = Session(name, play, path.stat().st_mtime_ns, _texts=texts)
         self._remember(name, session)
+        self._changed(name)
         return session
+
+    def _changed(self, name: str) -> None:
+        """Tell the index (when there is one) that this store rewrote ``name``."""
+        index = self._index
+        if index is not None:
+            index.forget(name)
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -335,6 +342,7 @@ class SessionStore:
                 name = _free_name(self.folder, f"harvey-session-{now:%Y%m%d-%H%M%S}")
             atomic_write_text(self.path(name), text)
             self._forget(name)
+            self._changed(name)
         return name
 
 
