@@ -99,14 +99,31 @@ def run(size: int) -> dict:
                     raise SystemExit("the analysis did not finish in time")
                 time.sleep(1.0)
             wall = time.monotonic() - started
+            ran = int(re.search(r"chunk: file=topics.md, chunks=(\d+)", session.read_text()).group(1))
+            doc_tokens = model_tokens(model, text)
             over = [c for c in calls if c["num_ctx"] and c["prompt"] + c["generated"] > c["num_ctx"]]
             refused = "context" in session.read_text().lower() and "exceed" in session.read_text().lower()
         finally:
             close_quietly(live)
-    return {"bytes": len(text.encode()), "chunks": chunks, "calls": len(calls),
+    return {"bytes": len(text.encode()), "chunks": chunks, "ran": ran, "calls": len(calls),
             "prompt": sum(c["prompt"] for c in calls), "generated": sum(c["generated"] for c in calls),
             "model_s": sum(c["seconds"] for c in calls), "wall_s": wall, "over_window": len(over),
-            "refused": refused, "doc_tokens": len(text.encode()) // 4}
+            "refused": refused, "doc_tokens": doc_tokens}
+
+
+def model_tokens(model, text: str) -> int:
+    """The document's tokens by the model's own tokenizer (llama.cpp ``/tokenize``, in 8 KB pieces cut at lines)."""
+    from harvey_demo.server import _post_json
+
+    url = model.engine._chat_server.listening_address
+    pieces, piece = [], ""
+    for line in text.split("\n"):
+        if len(piece) + len(line) > 8000:
+            pieces.append(piece)
+            piece = ""
+        piece += line + "\n"
+    pieces.append(piece)
+    return sum(len(_post_json(url, "/tokenize", {"content": p, "add_special": False})["tokens"]) for p in pieces)
 
 
 def _ollama(model):
@@ -122,8 +139,8 @@ def main() -> None:
     args = parser.parse_args()
     size = args.bytes or fit_bytes(20)
     r = run(size)
-    row = (f"| {args.write or 'this run'} | {git_revision()} | {r['bytes']:,} | {r['chunks']} | {r['calls']} | "
-           f"{r['prompt']:,} | {r['prompt'] / r['doc_tokens']:.2f} | {r['generated']:,} | {r['model_s']:.0f} | "
+    row = (f"| {args.write or 'this run'} | {git_revision()} | {r['bytes']:,} | {r['doc_tokens']:,} | {r['chunks']} | "
+           f"{r['ran']} | {r['calls']} | {r['prompt']:,} | {r['prompt'] / r['doc_tokens']:.2f} | {r['generated']:,} | {r['model_s']:.0f} | "
            f"{r['wall_s']:.0f} | {r['over_window']} |")
     print(row)
     if args.write:
@@ -134,9 +151,10 @@ def main() -> None:
                 SECTION, "",
                 f"Command: `python bench/bench_analysis_model.py --bytes {size} --write LABEL`", "",
                 f"Machine: {machine()}. SmolLM2-135M-Instruct (harvey_demo, 1 thread), window 8192.", "",
-                "| run | tree | document bytes | chunks | model calls | prompt tokens | prompt tokens per "
-                "document token (bytes/4) | generated tokens | model s | wall s | calls over the window |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]) + "\n"
+                "| run | tree | document bytes | document tokens (the model's) | chunks planned | chunks run | "
+                "model calls | prompt tokens | prompt tokens per document token | generated tokens | model s | "
+                "wall s | calls over the window |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]) + "\n"
         path.write_text(old.rstrip() + "\n" + row + "\n")
 
 
