@@ -407,8 +407,8 @@
 (function () {
   "use strict";
   document.addEventListener("htmx:afterSwap", function (event) {
-    var dialog = document.getElementById("passage");
-    if (!dialog || event.detail.target.id !== "passage-body") return;
+    var dialog = document.getElementById("passage"), target = event.detail && event.detail.target;
+    if (!dialog || !target || target.id !== "passage-body") return;   // (an SSE swap has no target)
     if (!dialog.open) dialog.showModal();
     dialog.querySelector(".passage-box").scrollTop = 0;
     var title = document.getElementById("passage-title");
