@@ -35,6 +35,8 @@ def test_tap_a_citation_see_the_passage_marked_then_close_it(live, phone):
     page.goto(f"{live.url}/s/{s['name']}")                 # the session as stored, as after a reload
     link = page.locator(f"#reply-{s['turn']} a.cite").first
     assert link.text_content() == str(s["keys"])
+    copied = page.evaluate(f"document.getElementById('reply-{s['turn']}').innerText")    # what Copy reply takes
+    assert f"4471 [{s['keys']}]. Forty" in copied and f"[{s['keys']}, {s['staff']}]" in copied
     open_passage(page, link)
     dialog = page.locator("#passage")
     assert dialog.locator("mark").all_text_contents() == MARKED
