@@ -13,18 +13,27 @@ markdown-it-py's ``highlight`` hook: no JavaScript highlighter is sent to the
 phone), only for a language the fence names (no guessing). Pygments escapes the
 code it tokenizes. Each block is focusable (it may scroll sideways) and has a
 Copy button that static/harvey.js wires up.
+
+A cited analysis answer's citations (``[12]``, ``[12, 40]``: chunk numbers) become links
+when :func:`markdown` is given ``cite``, which says where each number's passage opens; the
+text around them, and code, stay as they were, so the reply copies as the plain text it is.
 """
 
 from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Callable
 
 from markupsafe import Markup, escape
 
 TABLE_OPEN = '<div class="table-scroll" tabindex="0" role="region" aria-label="Table">\n<table>\n'
 TABLE_CLOSE = "</table>\n</div>\n"
 
+
+# A citation as the contract of issue #15 writes it: chunk numbers, comma-separated, in brackets.
+CITATION = re.compile(r"\[(\d{1,6}(?:\s*,\s*\d{1,6})*)\]")
+_NUMBER = re.compile(r"\d+")
 
 CODE_OPEN = ('<div class="code"><button class="button copy" type="button">Copy<span class="visually-hidden"> code</span></button>'
              '<pre tabindex="0"')
@@ -71,12 +80,72 @@ def _renderer():
     md.renderer.rules["table_close"] = lambda tokens, idx, options, env: TABLE_CLOSE
     for name in ("fence", "code_block"):
         md.renderer.rules[name] = _in_code_box(md.renderer.rules[name])
+    md.renderer.rules["citation"] = _citation_html
     return md
 
 
-def markdown(text: str) -> Markup:
-    """Render Markdown; the result is safe to put in a page as it is."""
-    return Markup(_renderer().render(text or ""))
+def markdown(text: str, cite: Callable[[int], str | None] | None = None) -> Markup:
+    """Render Markdown; the result is safe to put in a page as it is.
+
+    ``cite``: the URL of a cited chunk's passage (None: that number stays plain text).
+    """
+    md = _renderer()
+    if cite is None:
+        return Markup(md.render(text or ""))
+    env: dict = {}
+    tokens = md.parse(text or "", env)
+    for token in tokens:
+        if token.type == "inline" and token.children:
+            token.children = _with_citations(token.children, cite)
+    return Markup(md.renderer.render(tokens, md.options, env))
+
+
+def _with_citations(children: list, cite: Callable[[int], str | None]) -> list:
+    """Inline tokens with each citation in plain text (not in code, not in a link) made a citation token."""
+    from markdown_it.token import Token
+
+    out, depth = [], 0
+    for token in children:
+        depth += token.type == "link_open"
+        depth -= token.type == "link_close"
+        if token.type != "text" or depth or not CITATION.search(token.content):
+            out.append(token)
+            continue
+        at = 0
+        for found in CITATION.finditer(token.content):
+            numbers = [(int(m.group()), cite(int(m.group()))) for m in _NUMBER.finditer(found.group(1))]
+            if not any(url for _, url in numbers):
+                continue
+            out.extend(_text(token.content[at:found.start()]))
+            citation = Token("citation", "", 0)
+            citation.meta = {"numbers": numbers}
+            out.append(citation)
+            at = found.end()
+        out.extend(_text(token.content[at:]))
+    return out
+
+
+def _text(content: str) -> list:
+    """A plain text token for ``content``, or none when it is empty."""
+    from markdown_it.token import Token
+
+    if not content:
+        return []
+    token = Token("text", "", 0)
+    token.content = content
+    return [token]
+
+
+def _citation_html(tokens, idx, options, env) -> str:
+    """``[12, 40]`` with each number that has a passage a link to it (htmx opens it in the passage dialog)."""
+    parts = []
+    for number, url in tokens[idx].meta["numbers"]:
+        if url:
+            parts.append(Markup('<a class="cite" href="{0}" hx-get="{0}" hx-target="#passage-body" '
+                                'hx-swap="innerHTML" aria-label="Passage of chunk {1}">{1}</a>').format(url, number))
+        else:
+            parts.append(escape(str(number)))
+    return str(Markup("[{}]").format(Markup(", ").join(parts)))
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

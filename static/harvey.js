@@ -334,7 +334,7 @@
   });
 
   document.addEventListener("keydown", function (event) {
-    if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("details.menu[open]")) return;
+    if (event.key !== "Escape" || event.defaultPrevented || document.querySelector("details.menu[open], dialog[open]")) return;
     var stop = document.querySelector(".msg.reply.streaming button.stop");
     if (stop) { event.preventDefault(); stop.click(); }
   });
@@ -414,5 +414,24 @@
     box.focus();
     box.setSelectionRange(box.value.length, box.value.length);
     if (window.harveyAnnounce) window.harveyAnnounce("Instruction filled in.");
+  });
+})();
+
+// -- Cited passages (issue 15) ----------------------------------------------------------------
+// A citation link's passage arrives (htmx) in the passage dialog, which opens as a modal: focus
+// moves into it, Esc or Close shuts it and the browser gives focus back to the citation. A tap on
+// the backdrop closes it too. Without JavaScript the link opens the passage as a page.
+(function () {
+  "use strict";
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var dialog = document.getElementById("passage"), target = event.detail && event.detail.target;
+    if (!dialog || !target || target.id !== "passage-body") return;   // (an SSE swap has no target)
+    if (!dialog.open) dialog.showModal();
+    dialog.querySelector(".passage-box").scrollTop = 0;
+    var title = document.getElementById("passage-title");
+    if (title) title.focus();
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.id === "passage" && event.target.open) event.target.close();
   });
 })();

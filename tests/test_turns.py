@@ -239,7 +239,7 @@ def test_a_turn_fragment_renders_only_that_turn(live, scripted, monkeypatch):
 
     rendered = []
     real = views.markdown
-    monkeypatch.setattr(views, "markdown", lambda text: rendered.append(text) or real(text))
+    monkeypatch.setattr(views, "markdown", lambda text, **kw: rendered.append(text) or real(text, **kw))
     html = views_turn_fragment(live, name, 5)
     assert "a5" in html and rendered == ["**a5**"]
 

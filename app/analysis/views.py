@@ -20,7 +20,8 @@ from ..services import services
 from ..sessions import fountain
 from ..sessions.store import SessionNotFound
 from ..chat import prepare as conversation
-from . import library
+from ..workspace import Workspace
+from . import library, passages
 from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
 bp = Blueprint("analysis", __name__)
@@ -209,6 +210,43 @@ def direct(name: str):
         turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
         svc.store.append_turn(name, turn)
     return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
+
+
+def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
+    """For ``render.markdown``: where each chunk cited in turn ``index``'s answer opens.
+
+    None (no links at all) unless the turn's analysis recorded passages; a number
+    without a passage gets None and stays plain text.
+    """
+    if not session or analysis is None or not analysis.passages:
+        return None
+    chunks = set(analysis.passages)
+    return lambda n: url_for("analysis.passage", name=session, turn=index, chunk=n) if n in chunks else None
+
+
+@bp.get("/s/<name>/turns/<int:turn>/passages/<int:chunk>")
+def passage(name: str, turn: int, chunk: int):
+    """The passage a citation [chunk] in turn ``turn``'s answer stands on.
+
+    For htmx, the fragment the chat's passage dialog shows; without JavaScript the link
+    opens this as a page of its own. A session, turn or chunk without a recorded passage
+    is a 404; a file that is gone or unreadable is said on the page (``passages.show``).
+    """
+    _session(name)
+    try:
+        turns = services().store.load(name).turns
+    except SessionNotFound:
+        abort(404, description="There is no such session.")
+    analysis = turns[turn].analysis if turn < len(turns) else None
+    found = passages.passage_of(analysis, chunk)
+    if found is None:
+        abort(404, description="That answer cites no such passage.")
+    shown = passages.show(Workspace(services().config.workspace_path), analysis, found)
+    if request.headers.get("HX-Request") == "true":
+        html = render_template("analysis/_passage.html", shown=shown)
+    else:
+        html = render_template("analysis/passage.html", shown=shown, session_name=name, turn=turn)
+    return Response(html, headers={"Vary": "HX-Request"})
 
 
 @bp.app_context_processor

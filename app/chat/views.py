@@ -16,6 +16,7 @@ from flask import (Blueprint, Response, abort, redirect, render_template, reques
 from markupsafe import Markup, escape
 
 from ..analysis.job import SETTLED
+from ..analysis.views import citation_links
 from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
@@ -58,13 +59,17 @@ class TurnView:
     partials_job: object = None
 
 
-def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = ()) -> TurnView:
-    """Read a recorded turn's notes back into what the page shows."""
+def turn_view(index: int, turn: fountain.Turn, default_model: str, installed: list[str] = (),
+              session: str = "") -> TurnView:
+    """Read a recorded turn's notes back into what the page shows.
+
+    With the ``session`` name, an analysis answer's citations link to their passages.
+    """
     model_name = prepare.match_model(turn.model, list(installed)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
                     stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis)
     if turn.reply is not None:
-        view.reply_html = markdown(turn.reply)
+        view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
     read = notes.read(turn.notes)
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     if read.error:
@@ -108,7 +113,7 @@ def _views(session: Session, default_model: str, start: int = 0, stop: int | Non
     installed, _ = _models()
     turns = session.turns
     stop = len(turns) if stop is None else min(stop, len(turns))
-    views = [turn_view(i, turns[i], default_model, installed) for i in range(max(0, start), stop)]
+    views = [turn_view(i, turns[i], default_model, installed, session.name) for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
     running = svc.replies.running(session.name)
     if running and running.turn in by_index:

@@ -123,18 +123,35 @@ def _speakers(session: Session) -> set[str]:
 
 
 def scene_views(session: Session) -> list[SceneView]:
-    """The screenplay as the template walks it; chunk analyses keep their parsed parameters."""
+    """The screenplay as the template walks it; chunk analyses keep their parsed parameters.
+
+    An analysis answer's citations link to their passages, as in the chat.
+    """
     plain = _speakers(session)
+    answers = _cited_answers(session)
     views = []
-    for scene in session.play.scenes:
+    for number, scene in enumerate(session.play.scenes):
         view = SceneView(scene.heading, analysis=fountain.read_chunk_scene(scene))
         for el in scene.elements:
             line = Line(el.kind, el.text, el.character)
             if el.kind == "dialogue" and el.character.split("(", 1)[0].strip().upper() not in plain:
-                line.html = markdown(el.text)
+                line.html = markdown(el.text, cite=answers.get((number, el.text)))
             view.lines.append(line)
         views.append(view)
     return views
+
+
+def _cited_answers(session: Session) -> dict:
+    """(scene number, answer text) -> the citation links of each turn whose analysis recorded passages."""
+    from ..analysis.views import citation_links
+
+    found = {}
+    for index, turn in enumerate(session.turns):
+        links = citation_links(session.name, index, turn.analysis)
+        if links and turn.reply and turn.scenes:
+            for number in range(turn.scenes[0], turn.scenes[1] + 1):
+                found[(number, turn.reply)] = links
+    return found
 
 
 @bp.get("/<name>")

@@ -1,0 +1,159 @@
+"""A cited passage found again for the reader (issue #15): the text a citation [12] stands on.
+
+A cited answer's ``[12]`` names chunk 12 of the analysed file; the CHUNK ANALYSIS scene
+recorded where that chunk lies (``fountain.Passage``: character range, lines, pages, heading
+path, the words its partial answer quoted) and the file's fingerprint then. This module reads
+that part of the file again, through the workspace as the analysis did (so a name in a session
+file cannot reach outside it, and a PDF or Word file gives its extracted text), and finds the
+quoted words in it. It renders nothing: the analysis view and ``templates/analysis/_passage.html``
+show what :func:`show` returns.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .. import chunking
+from ..errors import HarveyError
+from ..sessions.fountain import ChunkAnalysis, Passage
+from ..workspace import Workspace
+
+# Around a quote, a model often adds quotation marks or an ellipsis the file does not have.
+_QUOTE_EDGES = "\"'“”‘’«»….· \t\n"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of the passage's text, marked when it is (part of) a quoted phrase."""
+
+    text: str
+    marked: bool = False
+
+
+@dataclass
+class Shown:
+    """What the reader sees for one citation: where it is, the text now, what is marked in it.
+
+    ``pieces`` is empty when there is no text to show; ``problem`` then says why (the file
+    is gone, unreadable, or has nothing at those lines any more). ``changed``: the file's
+    text is not what was analysed (so the text shown is the one now at the recorded lines).
+    ``missing``: quoted words that are not in the text shown.
+    """
+
+    file: str
+    passage: Passage
+    pieces: list[Piece] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    changed: bool = False
+    problem: str = ""
+
+
+def passage_of(analysis: ChunkAnalysis | None, chunk: int) -> Passage | None:
+    """The recorded passage of chunk ``chunk`` (1-based), or None when the analysis has none for it."""
+    if analysis is None:
+        return None
+    return analysis.passages.get(chunk)
+
+
+def source_of(doc: chunking.Document) -> str:
+    """The fingerprint ``ChunkAnalysis.source`` records: "sha256:" and the text hash's first 16 digits."""
+    return "sha256:" + doc.content_hash[:16]
+
+
+def show(workspace: Workspace, analysis: ChunkAnalysis, passage: Passage) -> Shown:
+    """Read the passage's text from the workspace file now, with its quotes located.
+
+    Never raises for a file that is gone, outside the workspace or unreadable: the
+    reason goes into ``Shown.problem`` (a citation link must not end in a server error).
+    """
+    shown = Shown(analysis.file, passage)
+    try:
+        doc = chunking.read_document(workspace.resolve(analysis.file).path)
+    except (HarveyError, OSError) as exc:
+        shown.problem = f"{analysis.file} cannot be read now, so its text cannot be shown: {_one_line(exc)}"
+        return shown
+    shown.changed = analysis.source is not None and source_of(doc) != analysis.source
+    text = text_now(doc.text, passage, shown.changed)
+    if not text.strip():
+        shown.problem = (f"{analysis.file} has nothing at lines {passage.lines[0]}–{passage.lines[1]} any more."
+                         if shown.changed else "The passage is empty.")
+        return shown
+    spans, shown.missing = quote_spans(text, passage.quotes)
+    shown.pieces = pieces(text, spans)
+    return shown
+
+
+def text_now(text: str, passage: Passage, changed: bool) -> str:
+    """The chunk's text: ``text[start:end]`` of the file as analysed; of a changed file, its lines now."""
+    if not changed:
+        return text[passage.start:passage.end]
+    start, end = line_range(text, *passage.lines)
+    return text[start:end]
+
+
+def line_range(text: str, first: int, last: int) -> tuple[int, int]:
+    """Character offsets of lines ``first`` to ``last`` (1-based, inclusive) of ``text``; empty past its end."""
+    start = 0
+    for _ in range(max(0, first - 1)):
+        found = text.find("\n", start)
+        if found < 0:
+            return len(text), len(text)
+        start = found + 1
+    end = start
+    for _ in range(max(1, last - max(first, 1) + 1)):
+        found = text.find("\n", end)
+        if found < 0:
+            return start, len(text)
+        end = found + 1
+    return start, end - 1
+
+
+def quote_pattern(quote: str) -> re.Pattern | None:
+    """The quote as a pattern that any run of whitespace matches between its words, in any case."""
+    words = quote.strip(_QUOTE_EDGES).split()
+    if not words:
+        return None
+    return re.compile(r"\s+".join(re.escape(word) for word in words), re.IGNORECASE)
+
+
+def quote_spans(text: str, quotes: list[str]) -> tuple[list[tuple[int, int]], list[str]]:
+    """Where the quotes occur in ``text`` (every occurrence, overlaps merged, in order), and those that do not."""
+    found: list[tuple[int, int]] = []
+    missing: list[str] = []
+    for quote in quotes:
+        pattern = quote_pattern(quote)
+        hits = [(m.start(), m.end()) for m in pattern.finditer(text) if m.end() > m.start()] if pattern else []
+        if hits:
+            found.extend(hits)
+        elif quote.strip():
+            missing.append(quote.strip())
+    return _merged(sorted(found)), missing
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def pieces(text: str, spans: list[tuple[int, int]]) -> list[Piece]:
+    """``text`` cut at the (sorted, disjoint) spans: plain and marked runs in order."""
+    out: list[Piece] = []
+    at = 0
+    for start, end in spans:
+        if start > at:
+            out.append(Piece(text[at:start]))
+        out.append(Piece(text[start:end], True))
+        at = end
+    if at < len(text):
+        out.append(Piece(text[at:]))
+    return out
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

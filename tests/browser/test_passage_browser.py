@@ -1,0 +1,110 @@
+"""Citations open their passage on a phone (issue #15), in Debian's Chromium at 390×844."""
+
+import pytest
+
+from browser.conftest import axe_violations, no_horizontal_scroll, shot, wait_until
+from cited import cited_session
+
+pytestmark = pytest.mark.browser
+
+PHONE_390 = {"width": 390, "height": 844}
+MARKED = ["vault code is 4471", "it opens\nthe north door"]
+
+
+@pytest.fixture
+def phone(browser):
+    """A touch phone page (so taps are taps), closed at the end of the test."""
+    context = browser.new_context(viewport=PHONE_390, has_touch=True, is_mobile=True)
+    context.set_default_timeout(15000)
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.on("console", lambda msg: msg.type == "error" and page.errors.append(msg.text))
+    yield page
+    context.close()
+
+
+def open_passage(page, link):
+    link.tap()
+    wait_until(page, "document.getElementById('passage').open && document.querySelector('#passage mark')")
+
+
+def test_tap_a_citation_see_the_passage_marked_then_close_it(live, phone):
+    s = cited_session(live)
+    page = phone
+    page.goto(f"{live.url}/s/{s['name']}")                 # the session as stored, as after a reload
+    link = page.locator(f"#reply-{s['turn']} a.cite").first
+    assert link.text_content() == str(s["keys"])
+    copied = page.evaluate(f"document.getElementById('reply-{s['turn']}').innerText")    # what Copy reply takes
+    assert f"4471 [{s['keys']}]. Forty" in copied and f"[{s['keys']}, {s['staff']}]" in copied
+    open_passage(page, link)
+    dialog = page.locator("#passage")
+    assert dialog.locator("mark").all_text_contents() == MARKED
+    assert "notes.md" in dialog.locator("h2").text_content() and "Keys" in dialog.text_content()
+    box = dialog.bounding_box()
+    assert box["x"] >= 0 and box["y"] >= 0
+    assert box["x"] + box["width"] <= PHONE_390["width"] and box["y"] + box["height"] <= PHONE_390["height"]
+    assert page.evaluate("document.activeElement.closest('#passage') !== null")     # focus moved into it
+    no_horizontal_scroll(page)
+    shot(page, "passage-phone")
+    assert axe_violations(page) == []
+    page.keyboard.press("Escape")
+    wait_until(page, "!document.getElementById('passage').open")
+    assert page.evaluate("document.activeElement.classList.contains('cite')")      # back where it was opened
+
+    other = page.locator(f"#reply-{s['turn']} a.cite").nth(2)                       # [keys, staff]: staff
+    open_passage(page, other)
+    assert dialog.locator("mark").all_text_contents() == ["Forty people"]
+    dialog.get_by_role("button", name="Close the passage").tap()
+    wait_until(page, "!document.getElementById('passage').open")
+    assert page.evaluate("document.activeElement.classList.contains('cite')")
+    assert page.errors == []
+
+
+def test_the_session_page_opens_the_passage_too(live, phone):
+    s = cited_session(live)
+    page = phone
+    page.goto(f"{live.url}/sessions/{s['name']}")
+    open_passage(page, page.locator(".screenplay a.cite").first)
+    assert page.locator("#passage mark").all_text_contents() == MARKED
+    assert axe_violations(page) == []
+    assert page.errors == []
+
+
+def test_without_javascript_the_citation_opens_the_passage_as_a_page(live, browser):
+    s = cited_session(live)
+    context = browser.new_context(viewport=PHONE_390, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto(f"{live.url}/s/{s['name']}")
+        page.locator(f"#reply-{s['turn']} a.cite").first.click()
+        page.wait_for_url(f"**/passages/{s['keys']}")
+        assert page.locator("mark").all_text_contents() == MARKED
+        no_horizontal_scroll(page)
+    finally:
+        context.close()
+
+
+def test_a_long_passage_scrolls_inside_the_dialog_with_close_in_reach(live, phone):
+    from app import chunking
+    from app.sessions import fountain
+    from cited import SETTINGS, analysis_of, record_cited_turn, write_notes
+
+    path = write_notes(live.config.workspace_path)
+    doc = chunking.read_document(path, SETTINGS)
+    whole = fountain.Passage(1, 0, len(doc.text), (1, doc.text.count("\n") + 1), None, "", ["canteen closes"])
+    name = live.open_session()
+    turn = record_cited_turn(live.services.store, name, analysis_of(doc, "notes.md", [whole]), "All of it [1].")
+    page = phone
+    page.goto(f"{live.url}/s/{name}")
+    open_passage(page, page.locator(f"#reply-{turn} a.cite"))
+    box = page.locator("#passage").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= PHONE_390["height"]
+    assert page.evaluate("(b => b.scrollHeight > b.clientHeight)(document.querySelector('.passage-box'))")
+    page.locator("#passage mark").scroll_into_view_if_needed()
+    assert page.evaluate("document.querySelector('.passage-box').scrollTop > 0")
+    close = page.get_by_role("button", name="Close the passage").bounding_box()
+    assert close["y"] >= box["y"] and close["y"] + close["height"] <= box["y"] + box["height"]   # still in view
+    assert axe_violations(page) == []
+    page.get_by_role("button", name="Close the passage").tap()
+    wait_until(page, "!document.getElementById('passage').open")
