@@ -423,7 +423,7 @@ def usage(spmd: str) -> dict:
 
 # -- the oracle: a perfect reader, to check the bench itself (--oracle) -------------------------
 
-LABEL = re.compile(r"\[Chunk (\d+) of \d+[^\]\n]*\]")
+LABEL = re.compile(r"^\[?Chunk (\d+)\b[^\n]*$", re.M)      # "[Chunk 3 of 7 (heading)]" in a reduce prompt
 FOUND_LINE = re.compile(r"^(?:- )?(?P<key>[^:\n]+): (?P<value>.+?)(?: \[(?P<cites>\d+(?:, \d+)*)\])?$", re.M)
 
 
@@ -453,7 +453,8 @@ def oracle_script(docs: list[Document]):
 
     def script(body: dict):
         prompt = "\n".join(m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user")
-        text = oracle_reduce(prompt) if "partial answers" in prompt else oracle_map(prompt, docs)
+        reduce = "partial answer" in prompt.lower() or len(set(LABEL.findall(prompt))) > 1
+        text = oracle_reduce(prompt) if reduce else oracle_map(prompt, docs)
         return Reply(text=text, piece_size=64)
     return script
 
