@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import html
 import json
 import os
 import random
@@ -64,9 +65,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Cited answers (#15)"
-TABLE_HEAD = ("| run | app tree | model | document | bytes | chunks | relevant | recall | cited claims | "
+TABLE_HEAD = ("| run | app tree | model | document | bytes | chunks | relevant | in partial answers | recall | "
+              "cited claims | "
               "citation accuracy | contradictions named | model calls | prompt tokens | generated tokens | "
               "model s | wall s |")
+TABLE_RULE = "|" + "---|" * 4 + "---:|" * 13
 
 # -- the planted facts ----------------------------------------------------------------------
 
@@ -520,8 +523,6 @@ class AppUnderTest:
             time.sleep(0.1)
 
     def get(self, path: str, **kw):
-        import html
-
         response = self.http.get(path, **kw)
         found = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(response.text))
         if found:
@@ -533,12 +534,13 @@ class AppUnderTest:
             self.get("/")
         return self.http.post(path, headers={"X-CSRF-Token": self.token, "HX-Request": "true"}, **kw)
 
-    def follow(self, path: str, deadline: float) -> str:
+    def follow(self, path: str, deadline: float) -> list[str]:
         """Read the SSE stream at ``path`` until its ``close`` event (reconnecting with Last-Event-ID
-        when a stream's lifetime ends); the last ``state`` event's data. SystemExit past ``deadline``."""
+        when a stream's lifetime ends); the ``partial`` events' data (each chunk's partial answer as
+        the card shows it). SystemExit past ``deadline``."""
         import httpx
 
-        last_id, state = None, ""
+        last_id, partials = None, []
         while time.monotonic() < deadline:
             headers = {"Last-Event-ID": last_id} if last_id else {}
             try:
@@ -547,9 +549,9 @@ class AppUnderTest:
                     for line in response.iter_lines():
                         if line == "":
                             if event == "close":
-                                return state
-                            if event == "state":
-                                state = "\n".join(data)
+                                return partials
+                            if event == "partial":
+                                partials.append("\n".join(data))
                             event, data = "message", []
                         elif line.startswith("event:"):
                             event = line[6:].strip()
@@ -596,7 +598,7 @@ def run_document(app_dir: Path, ollama_url: str, model: str, doc: Document, dead
             job = json.loads((folder / "data" / "jobs" / job_id / "job.json").read_text())
             started = time.monotonic()
             app.post(f"/s/{name}/analysis/{job_id}/start", data={"instruction": instruction(doc), "scope": "all"})
-            app.follow(f"/s/{name}/analysis/{job_id}/events", started + deadline_s)
+            partials = app.follow(f"/s/{name}/analysis/{job_id}/events", started + deadline_s)
             wall = time.monotonic() - started
             spmd = app.get(f"/sessions/{name}/download").text
             left = folder / "data" / "jobs" / job_id / "job.json"
@@ -610,7 +612,9 @@ def run_document(app_dir: Path, ollama_url: str, model: str, doc: Document, dead
     analysis = turn.analysis if turn else None
     recorded = {n: (p.start, p.end) for n, p in analysis.passages.items()} if analysis else {}
     passages = {**chunked, **recorded}
+    seen = html.unescape(re.sub(r"<[^>]+>", " ", "\n".join(partials)))
     return {"doc": doc, "answer": answer, "score": score(answer, doc, passages), "usage": usage(spmd),
+            "in_partials": sum(1 for p in doc.planted if find_value(seen, p.value)),
             "chunks": job["chunks"], "relevant": analysis.relevant if analysis else None,
             "recorded_passages": len(recorded), "chunked": chunked, "wall_s": wall, "failed": failed,
             "same_text": sha == hashlib.sha256(doc.text.encode()).hexdigest(), "spmd": spmd}
@@ -627,7 +631,8 @@ def row(label: str, tree: str, model: str, r: dict) -> str:
     acc = "n/a (no citations)" if s.accuracy is None else _pct(s.correct_claims, s.cited_claims)
     num = lambda v, f="{:,}": "?" if v is None else f.format(v)  # noqa: E731
     return (f"| {label} | {tree} | {model} | {r['doc'].name} | {len(r['doc'].text.encode()):,} | {r['chunks']} | "
-            f"{'-' if r['relevant'] is None else r['relevant']} | {_pct(s.found, s.planted)} | {s.cited_claims} | "
+            f"{'-' if r['relevant'] is None else r['relevant']} | {_pct(r['in_partials'], s.planted)} | "
+            f"{_pct(s.found, s.planted)} | {s.cited_claims} | "
             f"{acc} | {s.contradictions_named}/{s.contradictions} | {num(u['calls'])} | {num(u['prompt'])} | "
             f"{num(u['generated'])} | {num(u['model_s'], '{:.0f}')} | {r['wall_s']:.0f} |")
 
@@ -646,6 +651,7 @@ def total_row(label: str, tree: str, model: str, results: list[dict]) -> str:
     return (f"| **{label}, all** | {tree} | {model} | {len(results)} documents | "
             f"{sum(len(r['doc'].text.encode()) for r in results):,} | {sum(r['chunks'] for r in results)} | "
             f"{'-' if any(r['relevant'] is None for r in results) else sum(r['relevant'] for r in results)} | "
+            f"{_pct(sum(r['in_partials'] for r in results), planted)} | "
             f"{_pct(found, planted)} | {cited} | {acc} | {named}/{pairs} | {add('calls')} | "
             f"{add('prompt'):,} | {add('generated'):,} | "
             f"{model_s if model_s == '?' else f'{model_s:.0f}'} | {sum(r['wall_s'] for r in results):.0f} |")
@@ -678,7 +684,7 @@ def write_rows(rows: list[str], note: str, path: Path = ROOT / "bench" / "RESULT
     and ``note`` (the command and machine of this run) as a line at the section's end."""
     text = path.read_text(encoding="utf-8")
     if SECTION not in text:
-        text = text.rstrip() + f"\n\n{SECTION}\n\n{TABLE_HEAD}\n|" + "---|" * 4 + "---:|" * 12 + "\n"
+        text = text.rstrip() + f"\n\n{SECTION}\n\n{TABLE_HEAD}\n{TABLE_RULE}\n"
     start = text.index(SECTION)
     nxt = text.find("\n## ", start + len(SECTION))
     end = len(text) if nxt < 0 else nxt + 1
@@ -735,7 +741,7 @@ def main() -> None:
     label, tree = args.write or "this run", revision(app_dir)
     rows = [row(label, tree, model, r) for r in results] + [total_row(label, tree, model, results)]
     print(TABLE_HEAD)
-    print("|" + "---|" * 4 + "---:|" * 12)
+    print(TABLE_RULE)
     print("\n".join(rows))
     for r in results:
         print("\n".join(detail_lines(r)))
