@@ -644,17 +644,16 @@ def total_row(label: str, tree: str, model: str, results: list[dict]) -> str:
     acc = "n/a (no citations)" if all(s.accuracy is None for s in scores) else _pct(correct, cited)
     named, pairs = sum(s.contradictions_named for s in scores), sum(s.contradictions for s in scores)
 
-    def add(key):
+    def add(key, form="{:,}"):
         values = [r["usage"][key] for r in results]
-        return "?" if None in values else sum(values)
-    model_s = add("model_s")
+        return "?" if None in values else form.format(sum(values))
     return (f"| **{label}, all** | {tree} | {model} | {len(results)} documents | "
             f"{sum(len(r['doc'].text.encode()) for r in results):,} | {sum(r['chunks'] for r in results)} | "
             f"{'-' if any(r['relevant'] is None for r in results) else sum(r['relevant'] for r in results)} | "
             f"{_pct(sum(r['in_partials'] for r in results), planted)} | "
             f"{_pct(found, planted)} | {cited} | {acc} | {named}/{pairs} | {add('calls')} | "
-            f"{add('prompt'):,} | {add('generated'):,} | "
-            f"{model_s if model_s == '?' else f'{model_s:.0f}'} | {sum(r['wall_s'] for r in results):.0f} |")
+            f"{add('prompt')} | {add('generated')} | {add('model_s', '{:.0f}')} | "
+            f"{sum(r['wall_s'] for r in results):.0f} |")
 
 
 def detail_lines(r: dict) -> list[str]:

@@ -138,3 +138,13 @@ def test_the_oracle_finds_each_value_and_cites_the_chunk_label_it_came_from(benc
               f"[Chunk 5 of 7]\n{a.key}: {a.value}\n{b.key}: {b.value}")
     assert bench.oracle_reduce(reduce) == "\n".join(sorted([f"- {a.key}: {a.value} [2, 5]",
                                                             f"- {b.key}: {b.value} [5]"]))
+
+
+def test_report_rows_say_what_was_not_counted(bench, doc):
+    start = doc.planted[0]
+    result = {"doc": doc, "answer": start.value, "score": bench.score(start.value, doc, {}), "in_partials": 2,
+              "usage": bench.usage("no notice"), "chunks": 7, "relevant": None, "wall_s": 3.0}
+    line = bench.row("before", "abc", "m", result)
+    assert "| 2/7 (29 %) | 1/7 (14 %) | 0 | n/a (no citations) | 0/1 | ? | ? | ? | ? | 3 |" in line
+    total = bench.total_row("before", "abc", "m", [result, result])
+    assert "| 4/14 (29 %) | 2/14 (14 %) | 0 | n/a (no citations) | 0/2 | ? | ? | ? | ? | 6 |" in total
