@@ -54,6 +54,7 @@ import json
 import os
 import random
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -757,7 +758,7 @@ def main() -> None:
             (args.save / r["doc"].name).write_text(r["doc"].text, encoding="utf-8")
             (args.save / (r["doc"].name + ".spmd")).write_text(r["spmd"], encoding="utf-8")
     if args.write:
-        command = " ".join(["python bench/bench_cited_answers.py", *sys.argv[1:]])
+        command = shlex.join(["python", "bench/bench_cited_answers.py", *sys.argv[1:]])
         print(f"written to {write_rows(rows, f'{label}: `{command}`; {machine()}.')}")
 
 
