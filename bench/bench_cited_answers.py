@@ -23,6 +23,8 @@ from the same uncalibrated start):
    stream (SSE) until it closes, with a deadline, and downloads the session's ``.spmd``.
 4. It scores the final answer (the turn's reply):
 
+   * in partial answers: planted values found in the map step's answers (the ``partial`` events
+     of the progress stream), to tell what the map step missed from what the synthesis dropped;
    * recall: planted statements whose value appears in the answer (a contradiction's two values
      count as two statements);
    * citation accuracy: every citation group ``[n]`` / ``[n, m]`` covers the text before it, back
@@ -42,7 +44,8 @@ the chunk numbers of the "[Chunk n of N]" labels as citations): with it the benc
 which shows that a low figure is the model's, not the bench's.
 
 ``--write LABEL`` adds the rows to the "## Cited answers (#15)" section of bench/RESULTS.md.
-Nothing is written outside a temporary folder otherwise.
+Nothing is written outside a temporary folder otherwise (``--save DIR`` keeps each document and
+its ``.spmd`` there).
 """
 
 from __future__ import annotations
