@@ -103,6 +103,7 @@ _NEGATION = re.compile(r"^\W*(?:(?:there is |there's |there are )?(?:nothing|no|
                        r"(?:this|the) (?:chunk|part|section|text|passage|excerpt)\b[^.]{0,30}?\b"
                        r"(?:does not|doesn't|has no|contains no|holds no|is not|isn't)\b)", re.I)
 _RELEVANCE_WORD = re.compile(r"nothing|relevant|related|information|mention|pertinent|applicable|n/?a\b", re.I)
+_ELLIPSIS = re.compile(r"^\s*(?:\.\.\.|…)\s*|\s*(?:\.\.\.|…)\s*$")
 _QUOTE_MARKS = "\"'“”‘’«»„ "
 
 
@@ -146,7 +147,7 @@ class Squashed:
 def found_quote(quote: str, chunk: Squashed) -> str:
     """The quote, trimmed of quote marks and ellipses, as the chunk words it, if the chunk holds
     it; "" for a quote the model made up (or one too short to mean anything)."""
-    q = quote.strip().strip(_QUOTE_MARKS).strip(".…").strip(_QUOTE_MARKS).strip()
+    q = _ELLIPSIS.sub("", quote.strip().strip(_QUOTE_MARKS)).strip(_QUOTE_MARKS)
     return chunk.find(q) if len(q) >= 4 else ""
 
 
