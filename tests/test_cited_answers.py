@@ -297,6 +297,30 @@ def test_a_restart_mid_run_still_records_the_passages_of_chunks_done_before(tmp_
     assert_facts_cited(turn.reply, turn.analysis.passages, chunking.read_document(path).text)
 
 
+def test_a_decided_answer_recovered_after_a_crash_keeps_its_passages(tmp_path, scripted, make_live):
+    script = scripted.script = Script()
+    config = big_file_config(tmp_path, scripted)
+    (Path(config.workspace) / "facts.md").write_text(facts_markdown())
+    live = make_live(config)
+    name, job, _ = run_analysis(live)
+    assert job.state == "done", job.message
+    recorded = recorded_turn(live, name).analysis
+    jobs = JobStore(Path(config.data_dir) / "jobs")                # job.json and results as the crash left them
+    jobs.save(job)
+    for result in job.results.values():
+        jobs.add_result(job, result)
+    path = live.services.store.folder / f"{name}.spmd"
+    play = fountain.loads(path.read_text())
+    del play.scenes[-2:]                                          # the scene and the answer, not yet written
+    path.write_text(fountain.dumps(play))
+    live.close()
+    again = make_live(config)
+    assert again.services.jobs.get(job.id).state == "done"
+    turn = recorded_turn(again, name)
+    assert turn.analysis.passages == recorded.passages and set(recorded.passages) == script.relevant
+    assert (turn.analysis.source, turn.analysis.relevant) == (recorded.source, recorded.relevant)
+
+
 # -- the pieces ------------------------------------------------------------------------------
 
 CHUNK = "## Costs\n\nThe pump costs  412 euros.\nIt runs for ten years.\n"

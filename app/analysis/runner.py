@@ -468,11 +468,16 @@ class JobRunner:
 
     def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages) -> str:
         """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once;
-        a refusal is remembered for the job and the call is sent again as free text."""
+        a refusal is remembered for the job and the call is sent again as free text.
+
+        A structured reply also spells out its quotes and the JSON around them, so it may
+        generate about twice the free-text budget (within the cap every chunk was sized for):
+        a reply cut off mid-JSON would be read as free text."""
         if not job.format_refused:
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
+            num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
-                return self._call(job, messages, budget.num_predict, kind=job.text_kind or None,
+                return self._call(job, messages, max(budget.num_predict, num_predict), kind=job.text_kind or None,
                                   format=mapreduce.MAP_SCHEMA)
             except OllamaHTTPError as exc:
                 if not refuses_format(exc):
