@@ -166,7 +166,7 @@ def test_planted_facts_reach_the_answer_with_citations_that_open_their_passage(f
         assert isinstance(schema, dict) and schema["type"] == "object"
         assert set(schema["required"]) == {"relevant", "points", "confidence"}
         assert schema["properties"]["confidence"] == {"type": "integer", "minimum": 0, "maximum": 5}
-        assert '"relevant"' in rec.body["messages"][0]["content"]     # the system line names the shape
+        assert "in JSON: relevant" in rec.body["messages"][0]["content"]   # the system line names the shape
     assert script.irrelevant and script.relevant
     for rec in reduces(scripted):                                     # the empty chunks dropped out
         assert rec.format is None
@@ -207,7 +207,7 @@ def test_combining_rounds_keep_the_chunk_numbers(tmp_path, scripted, make_live):
     final = calls[-1].body["messages"][-1]["content"]
     labels = re.findall(r"^\[Combined answer \d+ of \d+, chunks ([\d, -]+)\]$", final, re.M)
     assert labels                                                    # combined parts name their chunks
-    assert "keep every chunk number" in calls[0].body["messages"][-1]["content"]
+    assert "keep every chunk number" in calls[0].body["messages"][-1]["content"]   # a round is told
     turn = recorded_turn(live, name)
     assert_facts_cited(turn.reply, turn.analysis.passages, chunking.read_document(
         Path(config.workspace) / "facts.md").text)

@@ -42,11 +42,9 @@ log = logging.getLogger(__name__)
 MAP_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
               "If nothing in it is relevant, say so in one line.")
 MAX_POINTS = 4            # points a structured partial answer may give
-MAP_JSON_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
-                   'Reply with JSON only: {"relevant": true or false, "points": [{"point": "a short point", '
-                   '"quote": "the exact words of the chunk it rests on"}] (at most '
-                   f'{MAX_POINTS}), "confidence": 0 to 5}}. If nothing in the chunk is relevant: '
-                   '{"relevant": false, "points": [], "confidence": 5}.')
+MAP_JSON_SYSTEM = ("Answer the instruction from this chunk of a longer document only, in JSON: relevant "
+                   f"(true or false), at most {MAX_POINTS} points each with a quote of the chunk's exact words, "
+                   "confidence 0-5.")
 MAP_SCHEMA = {
     "type": "object",
     "properties": {
@@ -61,13 +59,10 @@ MAP_SCHEMA = {
 }
 REDUCE_SYSTEM = ("You combine partial answers, each written from one chunk of a longer document, into one answer "
                  "to the user's instruction. Keep what matters, merge repeats, and say if parts are missing. "
-                 "After each claim, cite the chunks it comes from by their numbers in square brackets, as [12] "
-                 "or [12, 40]; use only the numbers given. Where parts disagree, weigh their confidence and say "
-                 "so plainly: \"chunk 12 says X, chunk 40 says Y\".")
-CITE_LINE = ("Each point starts with the number of its chunk in square brackets; keep those numbers after the "
-             "claims they support, as [12] or [12, 40].")
-ROUND_NOTE = ("\nYour answer will be combined again with others: keep every chunk number in square brackets "
-              "after the claims it supports.")
+                 "Cite the chunks of each claim as [12] or [12, 40]. Where parts disagree, weigh their confidence "
+                 "and say so: \"chunk 12 says X, chunk 40 says Y\".")
+CITE_LINE = "Keep each point's chunk number as its citation."
+ROUND_NOTE = "\nYour answer is combined again: keep every chunk number in square brackets."
 MIN_PART_TOKENS = 32      # below this a combined part says nothing useful
 MAX_ROUNDS = 12           # 2**12 parts: far beyond any max_chunks
 
