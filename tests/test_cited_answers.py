@@ -321,6 +321,22 @@ def test_a_decided_answer_recovered_after_a_crash_keeps_its_passages(tmp_path, s
     assert (turn.analysis.source, turn.analysis.relevant) == (recorded.source, recorded.relevant)
 
 
+def test_the_client_sends_format_only_when_given(scripted):
+    from app.ollama import OllamaClient
+
+    client = OllamaClient(scripted.url)
+    scripted.script = Reply(text='{"relevant": false, "points": [], "confidence": 5}')
+    try:
+        text, _ = client.chat_text("tiny:1b", [{"role": "user", "content": "x"}], num_ctx=512,
+                                   format=mapreduce.MAP_SCHEMA)
+        client.chat_text("tiny:1b", [{"role": "user", "content": "x"}], num_ctx=512)
+    finally:
+        client.close()
+    with_format, without = scripted.chats()
+    assert with_format.format == mapreduce.MAP_SCHEMA and "format" not in without.body
+    assert mapreduce.read_map_reply(text, "x").confidence == 5          # a scripted JSON reply reads back
+
+
 # -- the pieces ------------------------------------------------------------------------------
 
 CHUNK = "## Costs\n\nThe pump costs  412 euros.\nIt runs for ten years.\n"

@@ -237,8 +237,8 @@ def unranges(text: str) -> list[int]:
     return out
 
 
-_CITATION = re.compile(r"(\s?)\[\s*(?:chunks?\s+)?(\d+(?:\s*[-–]\s*\d+)?(?:\s*,\s*(?:and\s+)?\d+(?:\s*[-–]\s*\d+)?)*)"
-                       r"\s*\](?!\()", re.I)
+_CITED = r"\d+(?:\s*[-–]\s*\d+)?"          # 12, or a range 12-14
+_CITATION = re.compile(rf"(\s?)\[\s*(?:chunks?\s+)?({_CITED}(?:\s*,\s*(?:and\s+)?{_CITED})*)\s*\](?!\()", re.I)
 MAX_RANGE = 200           # a cited range longer than this is read as its two ends
 
 

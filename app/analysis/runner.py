@@ -25,8 +25,9 @@ synthesis request is sent.  Each map call asks for a structured partial answer
 schema gets free-text map calls for the rest of the job (``job.format_refused``).
 Chunks with nothing relevant stay out of the reduce; if none had anything, the
 answer says so and no synthesis request is sent.  The answer's citations are
-checked against the relevant chunks (``mapreduce.resolve_citations``).  The worker appends small events (``progress``,
-``partial`` with the chunk index, ``state``); the SSE view renders them.
+checked against the relevant chunks (``mapreduce.resolve_citations``).  The worker
+appends small events (``progress``, ``partial`` with the chunk index, ``state``);
+the SSE view renders them.
 Settled jobs are forgotten (a few stay for late followers): memory stays flat.
 """
 
@@ -414,8 +415,7 @@ class JobRunner:
         if not self._stopped(job):
             self._wake.wait(RETRY_PAUSE_S)
 
-    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None = None,
-                 text: str | None = None) -> bool:
+    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None, text: str) -> bool:
         """Run the instruction on one chunk and record the result; False when the job was interrupted.
 
         The reply budget keeps a partial answer short where the instruction allows
@@ -430,9 +430,8 @@ class JobRunner:
         if pages:
             heading = (f"pages {pages[0]}–{pages[1]}" if pages[0] != pages[1] else f"page {pages[0]}") + (
                 f" · {heading}" if heading else "")
-        own = text[chunk.start:chunk.end] if text is not None else chunk.text
         where = dict(start=chunk.start, end=chunk.end, lines=list(passage_lines(chunk, text)),
-                     pages=list(pages) if pages else None, section=section) if text is not None else {}
+                     pages=list(pages) if pages else None, section=section)
         result = None
         for attempt in range(RETRIES + 1):
             if self._stopped(job):
@@ -440,7 +439,7 @@ class JobRunner:
             started = time.monotonic()
             try:
                 reply = self._map_call(job, chunk, budget, pages)
-                answer = mapreduce.read_map_reply(reply, own)
+                answer = mapreduce.read_map_reply(reply, text[chunk.start:chunk.end])
                 result = ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
                                      heading=heading, relevant=answer.relevant, points=answer.points,
                                      confidence=answer.confidence, **where)
@@ -477,7 +476,7 @@ class JobRunner:
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
             num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
-                return self._call(job, messages, max(budget.num_predict, num_predict), kind=job.text_kind or None,
+                return self._call(job, messages, num_predict, kind=job.text_kind or None,
                                   format=mapreduce.MAP_SCHEMA)
             except OllamaHTTPError as exc:
                 if not refuses_format(exc):
