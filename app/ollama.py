@@ -269,11 +269,13 @@ class OllamaClient:
     # -- chat ---------------------------------------------------------------
 
     def chat(self, model: str, messages: list[dict], *, num_ctx: int,
-             options: dict | None = None) -> ChatStream:
+             options: dict | None = None, format: dict | str | None = None) -> ChatStream:
         """Start a streaming chat; returns once Ollama has accepted it.
 
         ``num_ctx`` is required: without it Ollama silently works in its own
         default window (4096 on a CPU), whatever the app budgets against.
+        ``format`` (a JSON schema, or "json") asks Ollama for structured output;
+        an older server refuses it with an error that names the format.
         """
         body = {
             "model": model,
@@ -282,6 +284,8 @@ class OllamaClient:
             "truncate": False,
             "options": {**(options or {}), "num_ctx": int(num_ctx)},
         }
+        if format is not None:
+            body["format"] = format
         if self.keep_alive:
             body["keep_alive"] = self.keep_alive
         request = self._http.build_request("POST", "/api/chat", json=body)
@@ -302,9 +306,9 @@ class OllamaClient:
         return ChatStream(response)
 
     def chat_text(self, model: str, messages: list[dict], *, num_ctx: int,
-                  options: dict | None = None) -> tuple[str, ChatFinal | None]:
+                  options: dict | None = None, format: dict | str | None = None) -> tuple[str, ChatFinal | None]:
         """A whole chat reply as one string (for map and synthesis calls)."""
-        stream = self.chat(model, messages, num_ctx=num_ctx, options=options)
+        stream = self.chat(model, messages, num_ctx=num_ctx, options=options, format=format)
         text = "".join(stream)
         return text, stream.final
 

@@ -8,8 +8,10 @@ an ``{"error"}`` line mid-stream, a dropped connection, a hang, a refused contex
 ``kill()`` takes the whole server away (connections refused, streams in flight
 dropped) and ``revive()`` brings it back on the same port, as Ollama restarting
 for an update. Every request
-is recorded so tests can assert on ``num_ctx``, ``truncate``, message order and
-sizes, and on whether the client closed the stream early.
+is recorded so tests can assert on ``num_ctx``, ``truncate``, ``format``, message
+order and sizes, and on whether the client closed the stream early.  A script may
+answer with JSON text (a structured reply); ``refuse_format`` makes the server
+refuse any chat that asks for a ``format``, as an older Ollama does.
 
 Run by hand for a demo without any model::
 
@@ -59,6 +61,11 @@ class Recorded:
         return (self.body.get("options") or {}).get("num_ctx")
 
     @property
+    def format(self):
+        """The ``format`` the request asked for (a JSON schema dict, "json"), or None."""
+        return self.body.get("format")
+
+    @property
     def prompt_bytes(self) -> int:
         return sum(len((m.get("content") or "").encode()) for m in self.body.get("messages", []))
 
@@ -91,6 +98,7 @@ class ScriptedOllama:
         self.requests: list[Recorded] = []
         self.down = False                # answer nothing useful: 503 everywhere
         self.honor_num_predict = False   # cut replies at options.num_predict tokens, as Ollama does
+        self.refuse_format = False       # answer a chat with ``format`` as an Ollama older than 0.5 does (400)
         self.tags_delays: list[float] = []   # seconds before each next /api/tags answer (popped in order)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -275,6 +283,10 @@ def _handler_for(server: ScriptedOllama):
             name = body.get("model")
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
+            if server.refuse_format and "format" in body:
+                rec.refused = "format"
+                return self._json(400, {"error": "json: cannot unmarshal object into Go struct field "
+                                                 "ChatRequest.format of type string"})
             reply = server.reply_for(body)
             if reply.fault == "model_404":
                 return self._json(404, {"error": f"model '{name}' not found"})

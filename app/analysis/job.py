@@ -73,12 +73,28 @@ class InvalidTransition(Conflict):
 
 @dataclass
 class ChunkResult:
+    """One chunk's partial answer, as ``results.jsonl`` keeps it (a line from before issue #15,
+    without the fields below ``heading``, still loads: a free-text answer, relevant)."""
+
     index: int                 # 0-based
     status: str                # ok | error
-    text: str = ""
+    text: str = ""             # the partial answer as the card and the reduce show it
     error: str = ""
     seconds: float = 0.0
-    heading: str = ""
+    heading: str = ""          # the card's label: pages and heading path
+    relevant: bool = True      # the chunk had something for the instruction (else: left out of the reduce)
+    points: list[dict] = field(default_factory=list)   # [{"point", "quote"}]; a quote occurs in the chunk
+    confidence: int | None = None                       # 0-5 from a structured answer; None: free text
+    # where the chunk lies in the document's text, for the record's passage (issue #15)
+    start: int = 0
+    end: int = 0
+    lines: list[int] | None = None      # [first, last], 1-based
+    pages: list[int] | None = None      # [first, last] of a PDF
+    section: str = ""                   # heading path joined " › "
+
+    @property
+    def quotes(self) -> list[str]:
+        return [p["quote"] for p in self.points if p.get("quote")]
 
 
 @dataclass
@@ -124,6 +140,8 @@ class Job:
     # (0-based) on cover the text from ``offset``, sized at ``bpt`` and ``size`` tokens.
     measured_bpt: float = 0.0
     replans: list[list] = field(default_factory=list)
+    source: str = ""                 # "sha256:" + the document's content hash [:16] (the record's chunk-source)
+    format_refused: bool = False     # the server refused a JSON schema: map calls go as free text
 
     @property
     def asked(self) -> str:
@@ -153,6 +171,12 @@ class Job:
     def processed(self) -> int:
         """Chunks run so far, with an answer or an error (the progress bar)."""
         return sum(1 for i in range(self.total) if i in self.results)
+
+    @property
+    def relevant_count(self) -> int:
+        """Answered chunks that had something relevant (the others stay out of the reduce)."""
+        return sum(1 for i in range(self.total) if (r := self.results.get(i)) is not None and r.status == "ok"
+                   and r.relevant)
 
     @property
     def error_count(self) -> int:

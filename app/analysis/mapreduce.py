@@ -13,12 +13,24 @@ fit.  When they do not, it combines them in rounds of batches (LangChain's
 
 A round that would not shrink (a window too small to hold two parts and a reply)
 stops the job with a clear ``CombineError`` instead of looping.
+
+Cited answers (issue #15, after LLM×MapReduce, arXiv 2410.09342): each map call
+asks through Ollama's ``format`` for a small JSON object (``MAP_SCHEMA``: is the
+chunk relevant, short points each resting on a quote, a confidence 0-5), read
+strictly by ``read_map_reply``; anything else is today's free text.  Each part
+given to the reduce carries its chunk number, every point as ``[n] point``; a
+combined part's label names the chunks it merged, and the synthesis cites them as
+``[12]`` or ``[12, 40]``.  ``resolve_citations`` then keeps only numbers of chunks
+that had something relevant, so every citation opens a real passage.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import chunking
@@ -29,8 +41,28 @@ log = logging.getLogger(__name__)
 
 MAP_SYSTEM = ("Answer the instruction from this chunk of a longer document only. "
               "If nothing in it is relevant, say so in one line.")
+MAX_POINTS = 4            # points a structured partial answer may give
+MAP_JSON_SYSTEM = ("Answer the instruction from this chunk of a longer document only, in JSON: relevant "
+                   f"(true or false), at most {MAX_POINTS} points each with a quote of the chunk's exact words, "
+                   "confidence 0-5.")
+MAP_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "relevant": {"type": "boolean"},
+        "points": {"type": "array", "maxItems": MAX_POINTS, "items": {
+            "type": "object",
+            "properties": {"point": {"type": "string"}, "quote": {"type": "string"}},
+            "required": ["point", "quote"]}},
+        "confidence": {"type": "integer", "minimum": 0, "maximum": 5},
+    },
+    "required": ["relevant", "points", "confidence"],
+}
 REDUCE_SYSTEM = ("You combine partial answers, each written from one chunk of a longer document, into one answer "
-                 "to the user's instruction. Keep what matters, merge repeats, and say if parts are missing.")
+                 "to the user's instruction. Keep what matters, merge repeats, and say if parts are missing. "
+                 "Cite the chunks of each claim as [12] or [12, 40]. Where parts disagree, weigh their confidence "
+                 "and say so: \"chunk 12 says X, chunk 40 says Y\".")
+CITE_LINE = "Keep each point's chunk number as its citation."
+ROUND_NOTE = "\nYour answer is combined again: keep every chunk number in square brackets."
 MIN_PART_TOKENS = 32      # below this a combined part says nothing useful
 MAX_ROUNDS = 12           # 2**12 parts: far beyond any max_chunks
 
@@ -40,22 +72,213 @@ class CombineError(Refused):
 
 
 def map_messages(task: str, chunk, total: int, reply_words: int | None = None,
-                 pages: tuple[int, int] | None = None) -> list[dict]:
+                 pages: tuple[int, int] | None = None, structured: bool = False) -> list[dict]:
     """One map request: seed 000's prompt with the chunk's label (sections, lines or pages) and,
-    when the instruction allows a short answer, the word limit (``chunking.map_prompt``)."""
+    when the instruction allows a short answer, the word limit (``chunking.map_prompt``).
+    ``structured``: the system line tells the JSON shape (the request sends ``MAP_SCHEMA``)."""
     prompt = chunking.map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)
-    return [{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": prompt}]
+    system = MAP_JSON_SYSTEM if structured else MAP_SYSTEM
+    return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
 
+
+# -- reading a partial answer -------------------------------------------------------------
+
+@dataclass
+class MapAnswer:
+    """A partial answer read: structured (confidence set) or free text (confidence None)."""
+
+    relevant: bool
+    text: str
+    points: list[dict] = field(default_factory=list)
+    confidence: int | None = None
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+_NEGATION = re.compile(r"^\W*(?:(?:there is |there's |there are )?(?:nothing|no|none)\b|n/?a\b|not relevant\b|"
+                       r"(?:this|the) (?:chunk|part|section|text|passage|excerpt)\b[^.]{0,30}?\b"
+                       r"(?:does not|doesn't|has no|contains no|holds no|is not|isn't)\b)", re.I)
+_RELEVANCE_WORD = re.compile(r"nothing|relevant|related|information|mention|pertinent|applicable|n/?a\b", re.I)
+_ELLIPSIS = re.compile(r"^\s*(?:\.\.\.|…)\s*|\s*(?:\.\.\.|…)\s*$")
+_QUOTE_MARKS = "\"'“”‘’«»„ "
+
+
+def nothing_relevant(text: str) -> bool:
+    """A free-text answer that says, on one short line, that the chunk had nothing for the instruction."""
+    text = text.strip()
+    if not text:
+        return True
+    return ("\n" not in text and len(text) <= 160 and _NEGATION.search(text) is not None
+            and _RELEVANCE_WORD.search(text) is not None)
+
+
+class Squashed:
+    """A text folded for matching (case folded, runs of whitespace as one space), with the
+    offset in the original of every folded character: a quote found here maps back to the
+    chunk's exact words."""
+
+    def __init__(self, text: str):
+        chars: list[str] = []
+        where: list[int] = []
+        for i, ch in enumerate(text):
+            if ch.isspace():
+                if chars and chars[-1] != " ":
+                    chars.append(" ")
+                    where.append(i)
+                continue
+            for folded in ch.casefold():
+                chars.append(folded)
+                where.append(i)
+        self.text, self.folded, self.where = text, "".join(chars), where
+
+    def find(self, quote: str) -> str:
+        """The chunk's own words for ``quote`` (case and whitespace aside), or ""."""
+        needle = " ".join(quote.casefold().split())
+        at = self.folded.find(needle) if needle else -1
+        if at < 0:
+            return ""
+        return self.text[self.where[at]:self.where[at + len(needle) - 1] + 1]
+
+
+def found_quote(quote: str, chunk: Squashed) -> str:
+    """The quote, trimmed of quote marks and ellipses, as the chunk words it, if the chunk holds
+    it; "" for a quote the model made up (or one too short to mean anything)."""
+    q = _ELLIPSIS.sub("", quote.strip().strip(_QUOTE_MARKS)).strip(_QUOTE_MARKS)
+    return chunk.find(q) if len(q) >= 4 else ""
+
+
+def _structured(reply: str) -> dict | None:
+    """The reply's JSON object when it has MAP_SCHEMA's shape exactly; None otherwise."""
+    text = reply.strip()
+    fenced = _FENCE.match(text)
+    try:
+        data = json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("relevant"), bool):
+        return None
+    points, confidence = data.get("points"), data.get("confidence")
+    if not isinstance(points, list) or isinstance(confidence, bool) or not isinstance(confidence, int):
+        return None
+    if not 0 <= confidence <= 5:
+        return None
+    for p in points:
+        if not isinstance(p, dict) or not isinstance(p.get("point"), str) or not isinstance(p.get("quote", ""), str):
+            return None
+    return data
+
+
+def read_map_reply(reply: str, chunk_text: str) -> MapAnswer:
+    """A map reply read strictly: MAP_SCHEMA's JSON (quotes kept only where the chunk holds
+    them), else free text, relevant unless it says in one line that nothing is."""
+    data = _structured(reply)
+    if data is None:
+        return MapAnswer(relevant=not nothing_relevant(reply), text=reply.strip())
+    squashed = Squashed(chunk_text)
+    points = [{"point": " ".join(p["point"].split()), "quote": found_quote(p.get("quote", ""), squashed)}
+              for p in data["points"] if p["point"].strip()][:MAX_POINTS]
+    relevant = data["relevant"] and bool(points)
+    return MapAnswer(relevant=relevant, text=render_points(points, data["confidence"]) if relevant
+                     else "Nothing relevant in this chunk.", points=points if relevant else [],
+                     confidence=data["confidence"])
+
+
+def _line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def render_points(points: list[dict], confidence: int | None) -> str:
+    """Points as plain lines (the card's partial answer)."""
+    lines = [f"- {p['point']}" + (f" (“{_line(p['quote'])}”)" if p.get("quote") else "") for p in points]
+    if confidence is not None:
+        lines.append(f"Confidence {confidence} of 5.")
+    return "\n".join(lines)
+
+
+# -- the reduce's parts and citations ----------------------------------------------------------
 
 def label(index: int, total: int, heading: str, text: str) -> str:
     where = f" ({heading})" if heading else ""
     return f"[Chunk {index + 1} of {total}{where}]\n{text}"
 
 
+def part(index: int, total: int, heading: str, text: str, points: list[dict] | None = None,
+         confidence: int | None = None) -> str:
+    """A relevant chunk's partial answer for the reduce: its label, then each point (or the
+    free text) after its citation number ``[n]``, with its quote and the confidence."""
+    n = index + 1
+    if not points:
+        return label(index, total, heading, f"[{n}] {text}")
+    lines = [f"Confidence {confidence} of 5." if confidence is not None else ""]
+    lines += [f"- [{n}] {p['point']}" + (f' (quote: "{_line(p["quote"])}")' if p.get("quote") else "")
+              for p in points]
+    return label(index, total, heading, "\n".join(line for line in lines if line))
+
+
+_LABEL_CHUNK = re.compile(r"^\[Chunk (\d+) of \d+")
+_LABEL_COMBINED = re.compile(r"^\[Combined answer \d+ of \d+, chunks ([\d, -]+)\]")
+
+
+def part_chunks(text: str) -> list[int]:
+    """The chunk numbers a part stands for, from its label (a combined part names its chunks)."""
+    if m := _LABEL_CHUNK.match(text):
+        return [int(m.group(1))]
+    if m := _LABEL_COMBINED.match(text):
+        return unranges(m.group(1))
+    return []
+
+
+def unranges(text: str) -> list[int]:
+    """'1-3, 5' -> [1, 2, 3, 5] (``ranges`` undone)."""
+    out: list[int] = []
+    for token in text.split(","):
+        a, _, b = token.strip().partition("-")
+        if a.isdigit():
+            out.extend(range(int(a), int(b) + 1) if b.isdigit() else [int(a)])
+    return out
+
+
+_CITED = r"\d+(?:\s*[-–]\s*\d+)?"          # 12, or a range 12-14
+_CITATION = re.compile(rf"(\s?)\[\s*(?:chunks?\s+)?({_CITED}(?:\s*,\s*(?:and\s+)?{_CITED})*)\s*\](?!\()", re.I)
+MAX_RANGE = 200           # a cited range longer than this is read as its two ends
+
+
+def _cited(numbers: str) -> list[int]:
+    out: list[int] = []
+    for token in numbers.split(","):
+        a, _, b = token.replace("and", "").replace("–", "-").strip().partition("-")
+        a, b = int(a), int(b) if b.strip() else None
+        out.extend(range(a, b + 1) if b is not None and 0 <= b - a <= MAX_RANGE else [a] + ([b] if b else []))
+    return out
+
+
+def resolve_citations(answer: str, valid: set[int]) -> tuple[str, int]:
+    """The answer with every citation reduced to chunks in ``valid`` (written ``[12, 40]``);
+    a citation of no valid chunk goes. Returns the text and how many numbers were removed."""
+    removed = 0
+
+    def fix(m: re.Match) -> str:
+        nonlocal removed
+        cited = _cited(m.group(2))
+        keep = sorted({n for n in cited if n in valid})
+        removed += len(set(cited)) - len(keep)
+        return f"{m.group(1)}[{', '.join(map(str, keep))}]" if keep else ""
+
+    return _CITATION.sub(fix, answer), removed
+
+
+def citations(answer: str) -> list[int]:
+    """Every chunk number the answer cites, in order of first use."""
+    seen: dict[int, None] = {}
+    for m in _CITATION.finditer(answer):
+        seen.update(dict.fromkeys(_cited(m.group(2))))
+    return list(seen)
+
+
 def reduce_prompt(instruction: str, parts: list[str], note: str) -> str:
     body = "\n\n".join(parts)
     return (f"Instruction: {instruction}\n\nThe partial answers below were written from the chunks of one "
-            f"document, in order. Combine them into one answer to the instruction.{note}\n\n---\n{body}")
+            f"document, in order. Combine them into one answer to the instruction. {CITE_LINE}{note}"
+            f"\n\n---\n{body}")
 
 
 def reduce_messages(instruction: str, parts: list[str], note: str) -> list[dict]:
@@ -121,8 +344,11 @@ class Combiner:
         raise CombineError(f"The partial answers could not be combined in {MAX_ROUNDS} rounds.")
 
     def _round(self, instruction: str, parts: list[str], level: int) -> list[str]:
-        """One combining round: strictly fewer and shorter parts, or CombineError."""
-        available = self._room(instruction, "", 0)
+        """One combining round: strictly fewer and shorter parts, or CombineError.
+
+        A combined part's label names the chunks it merged, and the request asks to keep
+        their citation numbers, so the final synthesis can still cite them."""
+        available = self._room(instruction, ROUND_NOTE, 0)
         cap = min(self.part_reply_tokens, available // 3)
         room = available - cap
         per_part = room // 2
@@ -143,8 +369,10 @@ class Combiner:
                 combined.append(group[0])
                 continue
             reply = max(MIN_PART_TOKENS // 2, min(cap, self._tokens(group) // 2))
-            text = cut(self.call(reduce_messages(instruction, group, ""), reply), reply, self.bpt)
-            combined.append(f"[Combined answer {n + 1} of {len(groups)}]\n{text}")
+            text = cut(self.call(reduce_messages(instruction, group, ROUND_NOTE), reply), reply, self.bpt)
+            merged = sorted({c for p in group for c in part_chunks(p)})
+            chunks = f", chunks {ranges(merged)}" if merged else ""
+            combined.append(f"[Combined answer {n + 1} of {len(groups)}{chunks}]\n{text}")
         if len(combined) >= len(parts) or self._tokens(combined) >= before:
             raise CombineError(
                 f"Combining the partial answers made no progress (round {level}: {len(parts)} parts of "

@@ -14,7 +14,7 @@ from .. import chunking
 from ..budget import calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget
 from ..workspace import Workspace
 from .job import Job, without_directive
-from .mapreduce import MAP_SYSTEM, ranges, reduce_messages
+from .mapreduce import MAP_JSON_SYSTEM, ranges, reduce_messages
 
 
 def plan(svc, file: str, model: str, instruction: str) -> dict:
@@ -39,7 +39,8 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     chunks = planned.chunks
     source = doc.source
     return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
-                boundary=doc.boundary, kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens,
+                source=source_of(doc), boundary=doc.boundary, kind=doc.kind, fingerprint=doc.fingerprint,
+                file_tokens=doc.tokens,
                 text_kind=text_kind, pages=source.page_count if source else 0,
                 image_pages=ranges(list(source.image_pages)) if source else "",
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
@@ -68,7 +69,7 @@ def map_fixed_tokens(svc, task: str, bpt: float, effective: int) -> int:
     """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
     words = reply_budget(svc, task).words
     overhead = chunking.map_prompt_overhead(task, 9999, words)
-    return (estimate_messages([{"content": MAP_SYSTEM}, {"content": overhead}], bpt)
+    return (estimate_messages([{"content": MAP_JSON_SYSTEM}, {"content": overhead}], bpt)
             + svc.config.chunking.map_reply_tokens + math.ceil(svc.config.budget.safety_margin * effective))
 
 
@@ -77,7 +78,7 @@ def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tok
     config = svc.config
     effective = effective_context(svc, model, window)
     words = reply_budget(svc, task).words
-    map_fixed = estimate_messages([{"content": MAP_SYSTEM},
+    map_fixed = estimate_messages([{"content": MAP_JSON_SYSTEM},
                                    {"content": chunking.map_prompt_overhead(task, 9999, words)}], bpt)
     reduce_fixed = estimate_messages(reduce_messages(task, [], ""), bpt)
     room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)
@@ -100,6 +101,11 @@ def seconds_per_chunk(svc, model: str, size_tokens: int) -> float:
         return 0.0
     prompt_tps, eval_tps = speed
     return size_tokens / prompt_tps + svc.config.chunking.map_reply_tokens / eval_tps
+
+
+def source_of(doc: chunking.Document) -> str:
+    """The record's ``chunk-source``: which text the passages' offsets point into."""
+    return "sha256:" + doc.content_hash[:16]
 
 
 def document(svc, job: Job) -> chunking.Document:

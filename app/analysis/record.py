@@ -6,6 +6,11 @@ asked, by index and checked against its user text (``update_turn`` with
 whatever was said after it.  If the turn is not there any more the store raises
 ``TurnMoved`` and nothing is written; the runner then fails the job and keeps
 its answer on the card.
+
+For cited answers (issue #15) the scene also keeps, for every chunk that had
+something relevant, its passage: where it lies in the file's text as analysed,
+its lines, pages and heading path, and the quotes its partial answer rested on;
+with the text's fingerprint (``chunk-source``) and how many chunks were relevant.
 """
 
 from __future__ import annotations
@@ -30,7 +35,27 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
     return fountain.ChunkAnalysis(file=job.file, chunks=job.total, model=fountain.model_cue(job.model),
                                   boundary=job.boundary, chunk_size=job.size_tokens,
                                   instruction=job.instruction, when=datetime.now().replace(microsecond=0),
-                                  results=results, synthesis=synthesis)
+                                  results=results, synthesis=synthesis, passages=passages(job),
+                                  source=job.source or None, relevant=job.relevant_count)
+
+
+def passages(job: Job) -> dict[int, fountain.Passage]:
+    """Chunk number -> passage, for the relevant chunks whose range the run kept (a result
+    from before issue #15 has none, and gets no passage)."""
+    out = {}
+    for i in range(job.total):
+        r = job.results.get(i)
+        if r is None or r.status != "ok" or not r.relevant or r.end <= r.start or not r.lines:
+            continue
+        out[i + 1] = fountain.Passage(chunk=i + 1, start=r.start, end=r.end, lines=(r.lines[0], r.lines[1]),
+                                      pages=(r.pages[0], r.pages[1]) if r.pages else None, heading=r.section,
+                                      quotes=r.quotes)
+    return out
+
+
+def relevant_line(job: Job) -> str:
+    """What the card and the answer's notice say: "31 of 115 chunks had something relevant"."""
+    return f"{job.relevant_count} of {job.total} chunk{'s' if job.total != 1 else ''} had something relevant."
 
 
 def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
@@ -45,6 +70,7 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
             # generated and prompt tokens and the model's time (on a Pi, the cost).
             turn.stats = fountain.stats_line(job.model, store.backend, job.generated_tokens, job.prompt_tokens,
                                              job.model_seconds)
+            turn.notes.append(notes.notice(relevant_line(job)))
             turn.notes.append(notes.notice(
                 f"Chunk analysis: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
                 f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))

@@ -20,8 +20,14 @@ sorted by what trying again can do:
 * any other error is retried once, then recorded for that chunk.
 
 If no chunk produced an answer the job fails with a clear message and no
-synthesis request is sent.  The worker appends small events (``progress``,
-``partial`` with the chunk index, ``state``); the SSE view renders them.
+synthesis request is sent.  Each map call asks for a structured partial answer
+(``mapreduce.MAP_SCHEMA`` through Ollama's ``format``); a server that refuses the
+schema gets free-text map calls for the rest of the job (``job.format_refused``).
+Chunks with nothing relevant stay out of the reduce; if none had anything, the
+answer says so and no synthesis request is sent.  The answer's citations are
+checked against the relevant chunks (``mapreduce.resolve_citations``).  The worker
+appends small events (``progress``, ``partial`` with the chunk index, ``state``);
+the SSE view renders them.
 Settled jobs are forgotten (a few stay for late followers): memory stays flat.
 """
 
@@ -40,7 +46,7 @@ from ..budget import estimate_messages, observed_bpt
 from ..chat import prepare as conversation
 from ..errors import HarveyError
 from ..events import EventLog
-from ..ollama import ChatStream, ContextExceeded, ModelNotFound, OllamaError
+from ..ollama import ChatStream, ContextExceeded, ModelNotFound, OllamaError, OllamaHTTPError
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
 from . import mapreduce, plan, record
@@ -61,6 +67,17 @@ KEEP_SETTLED = 8            # settled jobs kept for late event followers; older 
 def repeats(exc: BaseException) -> bool:
     """A refusal that the same request would get again: never retried."""
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
+
+
+def refuses_format(exc: BaseException) -> bool:
+    """The server refused the request's JSON schema (an Ollama older than 0.5: HTTP 400 naming the format)."""
+    return isinstance(exc, OllamaHTTPError) and "format" in str(exc).lower()
+
+
+def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
+    """The 1-based first and last line of the chunk's whole range ``start:end`` (its overlap with
+    the chunk before included: the model read it, and a quote may come from it)."""
+    return chunk.first_line - text.count("\n", chunk.start, chunk.body_start), chunk.last_line
 
 
 def _one_line(exc: BaseException) -> str:
@@ -356,6 +373,8 @@ class JobRunner:
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
                                    "match. Discard this analysis and start a new one.")
+        if job.source != (source := plan.source_of(doc)):     # a job.json from before issue #15
+            self.machine.update(job, source=source)
         if job.synthesis != "pending" and not self._map_all(job, doc):
             return                  # interrupted: Ollama is away
         if self._stopped(job):
@@ -377,7 +396,7 @@ class JobRunner:
             if self._stopped(job):
                 return True
             pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-            if not self._map_one(job, chunk, pages):
+            if not self._map_one(job, chunk, pages, doc.text):
                 return False
             changes = plan.replan(self.svc, job, doc, chunks[:i])
             if changes is not None and not self._stopped(job):
@@ -415,27 +434,34 @@ class JobRunner:
         if not self._stopped(job):
             self._wake.wait(RETRY_PAUSE_S)
 
-    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None = None) -> bool:
+    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None, text: str) -> bool:
         """Run the instruction on one chunk and record the result; False when the job was interrupted.
 
         The reply budget keeps a partial answer short where the instruction allows
         (generation is the slowest part on a CPU); a PDF's chunk is labelled with its pages.
+        ``text`` is the document's text: the result keeps where the chunk lies in it and
+        only the quotes that it holds (the record's passage).
         """
         self._progress(job, current=chunk.index)
         budget = plan.reply_budget(self.svc, job.task)
-        messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
-        heading = " › ".join(chunk.heading_path)
+        section = " › ".join(chunk.heading_path)
+        heading = section
         if pages:
             heading = (f"pages {pages[0]}–{pages[1]}" if pages[0] != pages[1] else f"page {pages[0]}") + (
                 f" · {heading}" if heading else "")
+        where = dict(start=chunk.start, end=chunk.end, lines=list(passage_lines(chunk, text)),
+                     pages=list(pages) if pages else None, section=section)
         result = None
         for attempt in range(RETRIES + 1):
             if self._stopped(job):
                 return True
             started = time.monotonic()
             try:
-                text = self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
-                result = ChunkResult(chunk.index, "ok", text, seconds=time.monotonic() - started, heading=heading)
+                reply = self._map_call(job, chunk, budget, pages)
+                answer = mapreduce.read_map_reply(reply, text[chunk.start:chunk.end])
+                result = ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
+                                     heading=heading, relevant=answer.relevant, points=answer.points,
+                                     confidence=answer.confidence, **where)
                 break
             except HarveyError as exc:
                 if self._stopped(job):
@@ -458,6 +484,28 @@ class JobRunner:
         self._progress(job)
         return True
 
+    def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages) -> str:
+        """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once;
+        a refusal is remembered for the job and the call is sent again as free text.
+
+        A structured reply also spells out its quotes and the JSON around them, so it may
+        generate about twice the free-text budget (within the cap every chunk was sized for):
+        a reply cut off mid-JSON would be read as free text."""
+        if not job.format_refused:
+            messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
+            num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
+            try:
+                return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
+                                  format=mapreduce.MAP_SCHEMA)
+            except OllamaHTTPError as exc:
+                if not refuses_format(exc):
+                    raise
+                log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
+                         _one_line(exc))
+                self.machine.update(job, format_refused=True)
+        messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
+        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
+
     def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """Ollama is away: pause the job with what it has; Retry continues it."""
         where = f" during the {during}" if during else ""
@@ -467,7 +515,7 @@ class JobRunner:
         self._emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
-              chunk: bool = False) -> str:
+              chunk: bool = False, format: dict | None = None) -> str:
         """One model call with the chat's num_ctx; refuses anything over the window.
 
         What it cost (the server's own prompt and reply token counts, its time) is added
@@ -480,7 +528,7 @@ class JobRunner:
             raise ContextExceeded(f"A request of about {estimate} tokens would exceed the window of "
                                   f"{job.window} tokens.")
         stream = self.svc.client.chat(job.model, messages, num_ctx=job.window,
-                                      options={"num_predict": num_predict})
+                                      options={"num_predict": num_predict}, format=format)
         with self._lock:
             self._stream = (job.id, stream)
             late = self._stopped(job)       # a cancel that came while the request was being opened
@@ -515,7 +563,8 @@ class JobRunner:
         return current[1] if current is not None and current[0] == job.id else None
 
     def _reduce(self, job: Job) -> None:
-        """Synthesize the partial answers; with none, fail without sending anything."""
+        """Synthesize the relevant partial answers, with citations checked; with no answer at all,
+        fail without sending anything; with nothing relevant, say so without a synthesis call."""
         answered = [(i, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
         if not answered:
             first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
@@ -523,9 +572,26 @@ class JobRunner:
                                    f"{first}", synthesis="error: no chunk produced an answer")
         self.transition(job, "synthesizing", expect="running")
         self._progress(job)
-        config = self.svc.config
-        parts = [mapreduce.label(i, job.total, r.heading, r.text) for i, r in answered]
+        relevant = [(i, r) for i, r in answered if r.relevant]
         missing = [i + 1 for i in range(job.total) if job.results.get(i) is None or job.results[i].status != "ok"]
+        if not relevant:
+            answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
+                      f"chunk{'s' if len(answered) != 1 else ''} read), so nothing was synthesized.")
+        else:
+            answer = self._synthesize(job, relevant, missing)
+            if answer is None:
+                return
+        if missing:
+            answer += (f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {mapreduce.ranges(missing)} of "
+                       f"{job.total} had no answer, so this synthesis does not cover them._")
+        self.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time())
+        self._finish(job, answer, "ok")
+
+    def _synthesize(self, job: Job, relevant: list[tuple[int, ChunkResult]], missing: list[int]) -> str | None:
+        """The reduce over the relevant chunks' parts, each point labelled ``[n]``; its citations
+        reduced to relevant chunks.  None when it did not finish (the job has moved on)."""
+        config = self.svc.config
+        parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
         note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
         effective = plan.effective_context(self.svc, job.model, job.window)
         combiner = mapreduce.Combiner(
@@ -537,15 +603,16 @@ class JobRunner:
             answer = combiner.combine(job.task, parts, note)
         except HarveyError as exc:
             if self._stopped(job):
-                return self._after_stop(job)
-            if exc.transient:
-                return self._interrupt(job, exc, during="synthesis")
-            return self._fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
-        if missing:
-            answer += (f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {mapreduce.ranges(missing)} of "
-                       f"{job.total} had no answer, so this synthesis does not cover them._")
-        self.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time())
-        self._finish(job, answer, "ok")
+                self._after_stop(job)
+            elif exc.transient:
+                self._interrupt(job, exc, during="synthesis")
+            else:
+                self._fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
+            return None
+        answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
+        if removed:
+            log.info("analysis %s: %d citations of chunks without a relevant passage removed", job.id, removed)
+        return answer
 
     def _fail(self, job: Job, message: str, synthesis: str | None = None) -> None:
         """The job cannot finish; the scene records what ran (when anything did); the card says why."""
