@@ -440,9 +440,17 @@ def generation_budget(options: dict, window: int, prompt_tokens: int | None) -> 
     return room
 
 
-def build_llama_request(messages: list[dict], options: dict, max_tokens: int | None) -> dict:
-    """Translate Ollama options into an OpenAI-style request for xllamacpp."""
+def build_llama_request(messages: list[dict], options: dict, max_tokens: int | None, fmt=None) -> dict:
+    """Translate Ollama options into an OpenAI-style request for xllamacpp.
+
+    Ollama's ``format`` (a JSON schema, or "json") becomes llama.cpp's grammar-constrained
+    output, so the bundled model answers structured requests as Ollama's models do.
+    """
     request = {"messages": messages, "stream": True, "cache_prompt": True}
+    if isinstance(fmt, dict):
+        request["json_schema"] = fmt
+    elif fmt == "json":
+        request["response_format"] = {"type": "json_object"}
     for ollama_name, llama_name in SAMPLING_OPTION_NAMES.items():
         if options.get(ollama_name) is not None:
             request[llama_name] = options[ollama_name]
@@ -791,7 +799,7 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
             self.demo.last_window = window
             messages, prompt_tokens = self.fit_prompt(messages, window, body.get("truncate"))
             max_tokens = generation_budget(options, window, prompt_tokens)
-            request = build_llama_request(messages, options, max_tokens)
+            request = build_llama_request(messages, options, max_tokens, body.get("format"))
             run = ChatRun(self, model_name, stream)
             engine.stream_chat(request, run.on_chunk)
             self.finish_chat(run, started, load_seconds)

@@ -369,6 +369,18 @@ def test_a_structured_reply_keeps_only_the_quotes_the_chunk_holds_in_its_own_wor
     assert not empty.relevant                                       # "relevant" with nothing to say is not
 
 
+def test_a_json_reply_cut_off_by_its_reply_budget_keeps_its_whole_points():
+    """Small models can loop in a list until num_predict stops them mid-JSON (seen with SmolLM2)."""
+    cut = ('{"relevant": true, "points": [{"point": "The pump costs 412 euros.", "quote": "the pump costs 412 euros"},'
+           ' {"point": "It runs for ten years.", "quote": "It runs for ten years"}, {"point": "It ru')
+    answer = mapreduce.read_map_reply(cut, CHUNK)
+    assert answer.relevant and answer.confidence is None
+    assert [p["point"] for p in answer.points] == ["The pump costs 412 euros.", "It runs for ten years."]
+    assert answer.points[0]["quote"] == "The pump costs  412 euros"
+    nothing = mapreduce.read_map_reply('{"relevant": false, "points": [], "confid', CHUNK)
+    assert not nothing.relevant and nothing.points == []
+
+
 @pytest.mark.parametrize("text,relevant", [
     ("Nothing relevant in this chunk.", False), ("No relevant information.", False), ("", False),
     ("This chunk does not mention the pump.", False), ("N/A", False),

@@ -154,6 +154,22 @@ def test_temperature_and_seed_reach_the_sampler(client):
 
 
 @pytest.mark.realmodel
+def test_a_json_schema_format_constrains_the_answer(client):
+    """Ollama's ``format`` reaches llama.cpp's grammar: the bundled model answers the app's
+    structured map calls (#15) with JSON of the schema's shape, as Ollama's models do."""
+    schema = {"type": "object", "properties": {"relevant": {"type": "boolean"},
+                                               "confidence": {"type": "integer", "minimum": 0, "maximum": 5}},
+              "required": ["relevant", "confidence"]}
+    messages = [{"role": "user", "content": "The depot code is 4471-K. Is a code mentioned? Answer in JSON."}]
+    answer = chat(client, messages, format=schema, options={**GREEDY, "num_predict": 40}).json()
+    data = json.loads(answer["message"]["content"])
+    assert set(data) == {"relevant", "confidence"} and isinstance(data["relevant"], bool)
+    assert 0 <= data["confidence"] <= 5
+    loose = chat(client, messages, format="json", options={**GREEDY, "num_predict": 40}).json()
+    assert loose["message"]["content"].lstrip().startswith("{")     # a JSON object (maybe cut at num_predict)
+
+
+@pytest.mark.realmodel
 def test_num_predict_bounds_the_answer(client):
     answer = chat(client, LONG_RUNNING_PROMPT, options={**GREEDY, "num_predict": 5}).json()
     assert answer["eval_count"] == 5

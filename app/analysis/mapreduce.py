@@ -153,7 +153,7 @@ def _structured(reply: str) -> dict | None:
     try:
         data = json.loads(fenced.group(1) if fenced else text)
     except ValueError:
-        return None
+        return _salvaged(text)
     if not isinstance(data, dict) or not isinstance(data.get("relevant"), bool):
         return None
     points, confidence = data.get("points"), data.get("confidence")
@@ -165,6 +165,29 @@ def _structured(reply: str) -> dict | None:
         if not isinstance(p, dict) or not isinstance(p.get("point"), str) or not isinstance(p.get("quote", ""), str):
             return None
     return data
+
+
+_RELEVANT = re.compile(r'^\{\s*"relevant"\s*:\s*(true|false)')
+_POINT_START = re.compile(r'\{\s*"point"\s*:')
+
+
+def _salvaged(text: str) -> dict | None:
+    """The whole points of a JSON reply cut off by its ``num_predict`` (small models may loop
+    until the cap): what it said before the cut is kept, with no confidence; None if nothing is whole."""
+    relevant = _RELEVANT.match(text)
+    if relevant is None:
+        return None
+    decoder, points = json.JSONDecoder(), []
+    for start in _POINT_START.finditer(text):
+        try:
+            point, _ = decoder.raw_decode(text, start.start())
+        except ValueError:
+            continue
+        if isinstance(point.get("point"), str) and isinstance(point.get("quote", ""), str):
+            points.append(point)
+    if relevant.group(1) == "true" and not points:
+        return None
+    return {"relevant": relevant.group(1) == "true", "points": points, "confidence": None}
 
 
 def read_map_reply(reply: str, chunk_text: str) -> MapAnswer:
