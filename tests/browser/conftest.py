@@ -35,8 +35,9 @@ def page_for(browser):
     """Open a page at a viewport size; all are closed at the end of the test."""
     contexts = []
 
-    def open_page(size=PHONE):
-        context = browser.new_context(viewport=size, accept_downloads=True)
+    def open_page(size=PHONE, touch=False):
+        extra = {"has_touch": True, "is_mobile": True} if touch else {}
+        context = browser.new_context(viewport=size, accept_downloads=True, **extra)
         context.set_default_timeout(15000)
         contexts.append(context)
         page = context.new_page()
@@ -48,6 +49,15 @@ def page_for(browser):
     yield open_page
     for context in contexts:
         context.close()
+
+
+PHONE_390 = {"width": 390, "height": 844}
+
+
+@pytest.fixture
+def phone(page_for):
+    """A touch phone at 390×844 (so taps are taps), closed at the end of the test."""
+    return page_for(PHONE_390, touch=True)
 
 
 def shot(page, name):

@@ -10,7 +10,6 @@ from test_library import analysis_turn
 
 pytestmark = pytest.mark.browser
 
-PHONE_390 = {"width": 390, "height": 844}
 PAST = [("Quote the definitions.", "notes.md"), ("Find every date. @other:7b", "old.md"),
         ("Name the functions.", "main.py")]
 
@@ -26,16 +25,6 @@ def app(tmp_path, scripted, make_live):
     return live, scripted
 
 
-@pytest.fixture
-def phone(browser):
-    context = browser.new_context(viewport=PHONE_390, has_touch=True, is_mobile=True)
-    context.set_default_timeout(15000)
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    page.on("console", lambda msg: msg.type == "error" and page.errors.append(msg.text))
-    yield page
-    context.close()
 
 
 def test_tapping_an_earlier_instruction_fills_the_box_and_start_uses_it(app, phone):

@@ -2,26 +2,14 @@
 
 import pytest
 
-from browser.conftest import axe_violations, no_horizontal_scroll, shot, wait_until
+from browser.conftest import PHONE_390, axe_violations, no_horizontal_scroll, shot, wait_until
 from cited import cited_session
 
 pytestmark = pytest.mark.browser
 
-PHONE_390 = {"width": 390, "height": 844}
 MARKED = ["vault code is 4471", "it opens\nthe north door"]
 
 
-@pytest.fixture
-def phone(browser):
-    """A touch phone page (so taps are taps), closed at the end of the test."""
-    context = browser.new_context(viewport=PHONE_390, has_touch=True, is_mobile=True)
-    context.set_default_timeout(15000)
-    page = context.new_page()
-    page.errors = []
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    page.on("console", lambda msg: msg.type == "error" and page.errors.append(msg.text))
-    yield page
-    context.close()
 
 
 def open_passage(page, link):
