@@ -32,7 +32,7 @@ TABLE_CLOSE = "</table>\n</div>\n"
 
 
 # A citation as the contract of issue #15 writes it: chunk numbers, comma-separated, in brackets.
-CITATION = re.compile(r"\[(\d{1,6}(?:\s*,\s*\d{1,6})*)\]")
+CITATION = re.compile(r"(?<![\w\]])\[(\d{1,6}(?:\s*,\s*\d{1,6})*)\](?![(:])")
 _NUMBER = re.compile(r"\d+")
 
 CODE_OPEN = ('<div class="code"><button class="button copy" type="button">Copy<span class="visually-hidden"> code</span></button>'

@@ -244,6 +244,17 @@ def test_free_text_and_invalid_json_map_answers_still_produce_an_answer(facts_li
     assert turn.analysis.relevant == len(relevant) and set(turn.analysis.passages) == set(relevant)
 
 
+def test_an_instruction_whose_answer_grows_with_the_text_is_asked_in_free_text(facts_live):
+    """(Found in review.) A translation or "list every ..." is no list of a few short points."""
+    live, scripted, _ = facts_live
+    scripted.script = lambda body: Reply(text="SYNTH" if is_reduce(body) else
+                                         f"Chunk {chunk_of(body)[0]}, translated.")
+    name, job, _ = run_analysis(live, instruction="Translate each section into French.")
+    assert job.state == "done", job.message
+    assert maps(scripted) and all(c.format is None for c in maps(scripted))
+    assert all(r.status == "ok" and r.relevant for r in job.results.values())
+
+
 def test_a_server_that_refuses_format_gets_free_text_map_calls(facts_live):
     live, scripted, _ = facts_live
     scripted.refuse_format = True
@@ -396,6 +407,14 @@ def test_citations_are_resolved_to_relevant_chunks():
     fixed, removed = mapreduce.resolve_citations(answer, {1, 3, 4, 13})
     assert fixed == "A [1]. B [3]. C [3, 4]. D. E [x](http://e). F [13]."
     assert removed == 4 and mapreduce.citations(fixed) == [1, 3, 4, 13]
+
+
+def test_resolving_citations_leaves_code_indexes_and_reference_links_alone():
+    """(Found in review.) ``argv[1]`` in code, ``x[3]`` and ``[1]: url`` are not citations."""
+    answer = "Use `sys.argv[1]` [2].\n```py\nitems[2]\n```\nAlso x[3] and [3, 9].\n\n[1]: http://x"
+    fixed, removed = mapreduce.resolve_citations(answer, {2, 9})
+    assert fixed == "Use `sys.argv[1]` [2].\n```py\nitems[2]\n```\nAlso x[3] and [9].\n\n[1]: http://x"
+    assert removed == 1 and mapreduce.citations(answer) == [2, 3, 9]
 
 
 def test_chunk_results_round_trip_and_old_job_files_still_load(tmp_path):

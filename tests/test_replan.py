@@ -7,6 +7,7 @@ server, whose token counts each test decides.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -95,6 +96,7 @@ def test_a_denser_part_is_re_sized_before_its_requests_pass_the_window(tmp_path,
     scripted.script = script
     scripted.models["tiny:1b"] = 2048
     config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=60))
     Path(config.workspace).mkdir(parents=True)
     (Path(config.workspace) / "dense.md").write_text(dense_markdown())
     live = make_live(config)
@@ -113,3 +115,48 @@ def test_a_denser_part_is_re_sized_before_its_requests_pass_the_window(tmp_path,
     assert job.replans[-1][2] < DENSITY["DENSE"]                      # the dense one
     maps = [rec for rec in scripted.chats() if is_map(rec)]
     assert covered(maps) == set(PARAGRAPH_MARK.findall(dense_markdown()))
+
+
+def _job(doc, chunks, **fields):
+    from app.analysis.job import Job
+    return Job(id="x", session="s", turn=0, file="f.md", user_text="", instruction="Summarize.", model="m",
+               file_tokens=1, remaining=1, chunks=len(chunks), size_tokens=600, boundary="", kind="markdown",
+               fingerprint=doc.fingerprint, window=8192, bytes_per_token=4.0, **fields)
+
+
+def _svc(max_chunks=20):
+    from types import SimpleNamespace
+    return SimpleNamespace(config=SimpleNamespace(chunking=SimpleNamespace(max_chunks=max_chunks)))
+
+
+def test_a_resume_retrying_an_earlier_chunk_never_re_plans_over_finished_ones(monkeypatch):
+    """(Found in review.) Chunk 4 failed, 5-10 are done; its retry measures a denser figure."""
+    from types import SimpleNamespace
+    from app.analysis.job import ChunkResult
+    monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    doc = chunking.make_document(big_markdown(), "markdown",
+                                 chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
+    chunks = chunking.chunk_document(doc)
+    job = _job(doc, chunks, measured_bpt=3.0)
+    job.results = {i: ChunkResult(i, "error" if i == 3 else "ok") for i in range(10)}
+    assert plan.replan(_svc(), job, doc, chunks[:4]) is None
+    job.results = {i: ChunkResult(i, "ok") for i in range(4)}          # a fresh run at the same point
+    assert plan.replan(_svc(), job, doc, chunks[:4]) is not None
+
+
+def test_a_re_plan_never_runs_more_chunks_than_the_user_agreed_to(monkeypatch):
+    from types import SimpleNamespace
+    from app.analysis.job import ChunkResult
+    monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    doc = chunking.make_document(big_markdown(), "markdown",
+                                 chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
+    chunks = chunking.chunk_document(doc)
+    done = {i: ChunkResult(i, "ok") for i in range(2)}
+    # "all" of a file under the limit: a much denser figure makes more chunks than max_chunks
+    everything = _job(doc, chunks, measured_bpt=1.5, selected=len(chunks), results=dict(done))
+    changes = plan.replan(_svc(max_chunks=len(chunks) + 5), everything, doc, chunks[:2])
+    assert changes["chunks"] > len(chunks) + 5 and changes["selected"] == len(chunks) + 5
+    assert "denser than planned" in changes["message"]
+    # "the first 10": still the first 10
+    first = _job(doc, chunks, measured_bpt=1.5, selected=10, results=dict(done))
+    assert plan.replan(_svc(max_chunks=10), first, doc, chunks[:2])["selected"] == 10

@@ -63,6 +63,7 @@ REDUCE_SYSTEM = ("You combine partial answers, each written from one chunk of a 
                  "and say so: \"chunk 12 says X, chunk 40 says Y\".")
 CITE_LINE = "Keep each point's chunk number as its citation."
 ROUND_NOTE = "\nYour answer is combined again: keep every chunk number in square brackets."
+MAX_QUOTE_CHARS = 300      # a "quote" of a whole chunk would bloat the record: its start marks the place
 MIN_PART_TOKENS = 32      # below this a combined part says nothing useful
 MAX_ROUNDS = 12           # 2**12 parts: far beyond any max_chunks
 
@@ -143,7 +144,8 @@ def found_quote(quote: str, chunk: Squashed) -> str:
     """The quote, trimmed of quote marks and ellipses, as the chunk words it, if the chunk holds
     it; "" for a quote the model made up (or one too short to mean anything)."""
     q = _ELLIPSIS.sub("", quote.strip().strip(_QUOTE_MARKS)).strip(_QUOTE_MARKS)
-    return chunk.find(q) if len(q) >= 4 else ""
+    found = chunk.find(q) if len(q) >= 4 else ""
+    return found if len(found) <= MAX_QUOTE_CHARS else found[:MAX_QUOTE_CHARS].rsplit(" ", 1)[0]
 
 
 def _structured(reply: str) -> dict | None:
@@ -261,7 +263,7 @@ def unranges(text: str) -> list[int]:
 
 
 _CITED = r"\d+(?:\s*[-–]\s*\d+)?"          # 12, or a range 12-14
-_CITATION = re.compile(rf"(\s?)\[\s*(?:chunks?\s+)?({_CITED}(?:\s*,\s*(?:and\s+)?{_CITED})*)\s*\](?!\()", re.I)
+_CITATION = re.compile(rf"(\s?)(?<![\w\]])\[\s*(?:chunks?\s+)?({_CITED}(?:\s*,\s*(?:and\s+)?{_CITED})*)\s*\](?![(:])", re.I)
 MAX_RANGE = 200           # a cited range longer than this is read as its two ends
 
 
@@ -286,14 +288,32 @@ def resolve_citations(answer: str, valid: set[int]) -> tuple[str, int]:
         removed += len(set(cited)) - len(keep)
         return f"{m.group(1)}[{', '.join(map(str, keep))}]" if keep else ""
 
-    return _CITATION.sub(fix, answer), removed
+    return _outside_code(answer, lambda prose: _CITATION.sub(fix, prose)), removed
+
+
+_CODE = re.compile(r"^(```|~~~)[^\n]*\n.*?(?:^\1[^\n]*$|\Z)|(`+)[^`\n]*?\2", re.S | re.M)
+
+
+def _outside_code(text: str, change: Callable[[str], str]) -> str:
+    """``change`` applied to the text between code fences and code spans only: ``argv[1]`` in
+    code is an index, not a citation."""
+    out, last = [], 0
+    for m in _CODE.finditer(text):
+        out += [change(text[last:m.start()]), m.group(0)]
+        last = m.end()
+    return "".join(out + [change(text[last:])])
 
 
 def citations(answer: str) -> list[int]:
     """Every chunk number the answer cites, in order of first use."""
     seen: dict[int, None] = {}
-    for m in _CITATION.finditer(answer):
-        seen.update(dict.fromkeys(_cited(m.group(2))))
+
+    def note(prose: str) -> str:
+        for m in _CITATION.finditer(prose):
+            seen.update(dict.fromkeys(_cited(m.group(2))))
+        return prose
+
+    _outside_code(answer, note)
     return list(seen)
 
 

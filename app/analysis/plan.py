@@ -129,8 +129,13 @@ def job_chunks(svc, job: Job, doc: chunking.Document) -> list[chunking.Chunk]:
     return chunks[:job.total]          # (a re-plan set the new total)
 
 
-def _selected(job: Job, chunks: int) -> int:
-    return chunks if job.selected in (0, job.chunks) else min(job.selected, chunks)
+def _selected(svc, job: Job, chunks: int) -> int:
+    """How many of the re-planned chunks run: all of them when the user chose the whole file,
+    but never more than the user agreed to (``max_chunks``, or the larger count they chose);
+    the first N stay the first N."""
+    if job.selected not in (0, job.chunks):
+        return min(job.selected, chunks)
+    return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
 
 
 def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Document:
@@ -146,6 +151,8 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
     """
     if len(job.replans) >= MAX_REPLANS or not job.measured_bpt or not done:
         return None
+    if any(i >= len(done) for i in job.results):
+        return None          # a resume retrying an earlier chunk: later answers fix the layout
     bpt = round(job.measured_bpt * REPLAN_CAUTION, 3)
     if abs(bpt / job.map_bpt - 1) <= REPLAN_CHANGE:
         return None
@@ -159,7 +166,11 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
     chunks = at + len(rest)
     estimate = estimate_cost(svc, job.model, job.window, bpt, job.task,
                              [c.tokens for c in done] + [c.tokens for c in rest])
-    return dict(replans=[*job.replans, [at, offset, bpt, size]], chunks=chunks, selected=_selected(job, chunks),
+    selected = _selected(svc, job, chunks)
+    every = job.selected in (0, job.chunks)
+    message = (f"{job.file} is denser than planned: it makes {chunks} chunks; the first {selected} (the "
+               "limit) are analysed." if every and selected < chunks else job.message)
+    return dict(replans=[*job.replans, [at, offset, bpt, size]], chunks=chunks, selected=selected, message=message,
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or job.estimated_seconds)
 
 

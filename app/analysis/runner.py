@@ -71,7 +71,9 @@ def repeats(exc: BaseException) -> bool:
 
 def refuses_format(exc: BaseException) -> bool:
     """The server refused the request's JSON schema (an Ollama older than 0.5: HTTP 400 naming the format)."""
-    return isinstance(exc, OllamaHTTPError) and "format" in str(exc).lower()
+    text = str(exc).lower()
+    return (isinstance(exc, OllamaHTTPError) and text.startswith("ollama answered http 400")
+            and ("format" in text or "schema" in text))
 
 
 def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
@@ -485,13 +487,15 @@ class JobRunner:
         return True
 
     def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages) -> str:
-        """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once;
-        a refusal is remembered for the job and the call is sent again as free text.
+        """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once
+        or the instruction's answer grows with the text (translate, rewrite, list every…: free
+        text, as a few short points would cut it); a refusal is remembered for the job and the
+        call is sent again as free text.
 
         A structured reply also spells out its quotes and the JSON around them, so it may
         generate about twice the free-text budget (within the cap every chunk was sized for):
         a reply cut off mid-JSON would be read as free text."""
-        if not job.format_refused:
+        if not job.format_refused and budget.words is not None:    # (a translation is no list of points)
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
             num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
