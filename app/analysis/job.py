@@ -138,6 +138,9 @@ class Job:
     # The file's own bytes per token, measured by the map calls (the smallest figure seen), and
     # the re-plans it led to, in order: [at, offset, bpt, size] = chunks from number ``at``
     # (0-based) on cover the text from ``offset``, sized at ``bpt`` and ``size`` tokens.
+    # (measured_bpt is a running cost figure like model_calls: the worker's calls update it and the
+    # next saved change keeps it; losing it in a crash only delays a re-plan. ``replans`` changes
+    # only through StateMachine.update, so a resume replays the same chunks.)
     measured_bpt: float = 0.0
     replans: list[list] = field(default_factory=list)
     source: str = ""                 # "sha256:" + the document's content hash [:16] (the record's chunk-source)
