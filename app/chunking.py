@@ -1561,8 +1561,12 @@ def chunks_from(doc: Document, offset: int, first_index: int) -> list[Chunk]:
             first = _NONSPACE.search(t, offset, c.end)
             if first is None:
                 continue
-            c = dataclasses.replace(c, start=offset, body_start=offset, text=t[offset:c.end],
-                                    tokens=math.ceil(len(t[offset:c.end].encode()) / doc.settings.bytes_per_token),
+            prefix = c.text[:len(c.text) - (c.end - c.start)]      # a continued table's header rows
+            if "\n\n" in t[c.start:offset]:
+                prefix = ""                                          # (the cut is past that table)
+            body = prefix + t[offset:c.end]
+            c = dataclasses.replace(c, start=offset, body_start=offset, text=body,
+                                    tokens=math.ceil(len(body.encode()) / doc.settings.bytes_per_token),
                                     first_line=t.count("\n", 0, first.start()) + 1)
         index = first_index + len(out)
         out.append(dataclasses.replace(c, index=index, id=f"{doc.fingerprint}-r{index:04d}"))

@@ -160,3 +160,17 @@ def test_a_re_plan_never_runs_more_chunks_than_the_user_agreed_to(monkeypatch):
     # "the first 10": still the first 10
     first = _job(doc, chunks, measured_bpt=1.5, selected=10, results=dict(done))
     assert plan.replan(_svc(max_chunks=10), first, doc, chunks[:2])["selected"] == 10
+
+
+def test_a_chunk_cut_inside_a_long_table_keeps_the_table_header():
+    """(Found in review.) The re-plan's cut lands inside a table that the old chunk continued."""
+    rows = "\n".join(f"| {i} | value {i} with some words to fill the row |" for i in range(400))
+    text = "# Data\n\nIntro paragraph.\n\n| n | value |\n|---|---|\n" + rows + "\n\nAfter the table.\n"
+    doc = chunking.make_document(text, "markdown", chunking.ChunkSettings(size_tokens=300, bytes_per_token=4.0))
+    planned = chunking.chunk_document(doc)
+    offset = planned[1].end                                   # inside the table
+    lighter = chunking.make_document(text, "markdown", chunking.ChunkSettings(size_tokens=300, bytes_per_token=3.0))
+    rest = chunking.chunks_from(lighter, offset, 2)
+    head = rest[0].text[:len(rest[0].text) - (rest[0].end - offset)]
+    assert head.endswith("| n | value |\n|---|---|\n")          # the carried heading, then the header rows
+    assert rest[0].text == head + doc.text[offset:rest[0].end]
