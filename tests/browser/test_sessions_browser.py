@@ -55,6 +55,15 @@ def test_pages_fit_a_360px_screen_with_long_content(live, page_for):
         page.goto(live.url + path)
         page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
         no_horizontal_scroll(page)
+    for path, selector in [("/sessions/", ".session-item .preview"), (f"/s/{name}", ".recent .preview")]:
+        page.goto(live.url + path)                      # #16: the one-line preview stays one line
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        preview = page.locator(selector).first
+        box, line = preview.bounding_box(), preview.evaluate(
+            "e => { const s = getComputedStyle(e), h = parseFloat(s.lineHeight);"
+            " return isNaN(h) ? 1.3 * parseFloat(s.fontSize) : h; }")
+        assert preview.text_content().startswith("A" * 20) and box["x"] + box["width"] <= PHONE["width"]
+        assert box["height"] < 1.6 * line
     page.goto(live.url + f"/sessions/{name}")
     code = page.evaluate("(() => { const p = document.querySelector('.dialogue pre');"
                          " return [p.scrollWidth, p.clientWidth]; })()")
