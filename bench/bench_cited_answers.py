@@ -619,7 +619,9 @@ def run_document(app_dir: Path, ollama_url: str, model: str, doc: Document, dead
     seen = html.unescape(re.sub(r"<[^>]+>", " ", "\n".join(partials)))
     return {"doc": doc, "answer": answer, "score": score(answer, doc, passages), "usage": usage(spmd),
             "in_partials": sum(1 for p in doc.planted if find_value(seen, p.value)),
-            "chunks": job["chunks"], "relevant": analysis.relevant if analysis else None,
+            # the chunks that ran (a re-plan may change the planned count), else the plan's
+            "chunks": analysis.chunks if analysis and analysis.chunks else job["chunks"],
+            "relevant": analysis.relevant if analysis else None,
             "recorded_passages": len(recorded), "chunked": chunked, "wall_s": wall, "failed": failed,
             "same_text": sha == hashlib.sha256(doc.text.encode()).hexdigest(), "spmd": spmd}
 
