@@ -43,14 +43,19 @@ def make_config(tmp_path: Path, ollama_url: str, model: str = "tiny:1b", **overr
 class LiveApp:
     """The app under waitress on a free port, with an httpx client that holds the CSRF token."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, wrap=None, as_configured: bool = False):
+        """``wrap``: middleware around the app's WSGI callable; ``as_configured``: listen on the
+        config's own host and port (else 127.0.0.1 on a free port)."""
         from app import create_app
         from app.cli import make_server
 
         self.config = config
         self.app = create_app(config)
-        # The same waitress settings as `harvey serve` (body limit, forwarding headers), on a free port.
-        self.server = make_server(self.app, dataclasses.replace(config.server, host="127.0.0.1", port=0))
+        if wrap:
+            self.app.wsgi_app = wrap(self.app.wsgi_app)
+        # The same waitress settings as `harvey serve` (body limit, forwarding headers).
+        listen = config.server if as_configured else dataclasses.replace(config.server, host="127.0.0.1", port=0)
+        self.server = make_server(self.app, listen)
         self.url = f"http://127.0.0.1:{self.server.effective_port}"
         self.closing = False
         self.thread = threading.Thread(target=self._serve, daemon=True)

@@ -22,8 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import auth, create_app
-from app.cli import make_server
+from app import auth
 from conftest import LiveApp, make_config
 
 PASSWORD = "correct horse battery"
@@ -32,20 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class HarveyServe(LiveApp):
-    """LiveApp, but waitress is created exactly as ``harvey serve`` creates it."""
+    """LiveApp, but waitress is created exactly as ``harvey serve`` creates it (the config's host and port)."""
 
     def __init__(self, config, wrap=None):
-        self.config = config
-        self.app = create_app(config)
-        if wrap:
-            self.app.wsgi_app = wrap(self.app.wsgi_app)
-        self.server = make_server(self.app, config.server)
-        self.url = f"http://127.0.0.1:{self.server.effective_port}"
-        self.closing = False
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-        self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
-        self.token = ""
+        super().__init__(config, wrap=wrap, as_configured=True)
 
 
 @pytest.fixture
