@@ -23,6 +23,14 @@ def ask_about_big_file(page, live):
     page.wait_for_selector(".card.alert textarea")
 
 
+def start_and_wait_for_two_partials(page, live):
+    """Ask, Start the card as it is, and wait until two chunks have their partial answers."""
+    ask_about_big_file(page, live)
+    page.locator(".card.alert button[type=submit]").click()
+    page.wait_for_selector(".progress-card")
+    wait_until(page, "document.querySelectorAll('.progress-card details.partial').length >= 2")
+
+
 def test_alert_card_edit_start_progress_and_answer(app_with_big_file, page_for):
     live, scripted = app_with_big_file
     page = page_for(PHONE)
@@ -67,10 +75,7 @@ def test_answering_no_returns_to_the_conversation(app_with_big_file, page_for):
 def test_cancel_then_reload_during_a_run(app_with_big_file, page_for):
     live, scripted = app_with_big_file
     page = page_for(PHONE)
-    ask_about_big_file(page, live)
-    page.locator(".card.alert button[type=submit]").click()
-    page.wait_for_selector(".progress-card")
-    wait_until(page, "document.querySelectorAll('.progress-card details.partial').length >= 2")
+    start_and_wait_for_two_partials(page, live)
     page.reload()                                    # the job goes on; the page shows it again
     page.wait_for_selector(".progress-card")
     before = page.locator(".progress-card details.partial").count()
@@ -86,10 +91,7 @@ def test_cancel_then_reload_during_a_run(app_with_big_file, page_for):
 def test_ollama_lost_mid_run_the_card_offers_retry_and_discard_and_resume_finishes(app_with_big_file, page_for):
     live, scripted = app_with_big_file
     page = page_for(PHONE)
-    ask_about_big_file(page, live)
-    page.locator(".card.alert button[type=submit]").click()
-    page.wait_for_selector(".progress-card")
-    wait_until(page, "document.querySelectorAll('.progress-card details.partial').length >= 2")
+    start_and_wait_for_two_partials(page, live)
     scripted.kill()                                  # Ollama goes away: the card turns into Retry, by itself
     page.wait_for_selector("text=was interrupted", timeout=30000)
     assert page.locator("text=Discard this analysis").count() == 1
