@@ -155,14 +155,20 @@ def session_turns(folder: Path, name: str) -> list[fountain.Turn]:
     return fountain.turns(fountain.loads((folder / "sessions" / f"{name}.spmd").read_text()))
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(tmp_path, scripted, serves, signum):
+def reply_in_flight(scripted, serves, message: str, chars: int):
+    """A real ``harvey serve`` streaming a slow reply to ``message``, followed until ``chars`` arrived."""
     scripted.script = Reply(text=TEXT, piece_size=5, token_delay=0.02)
     serve = serves(scripted.url)
     name = serve.open_session()
-    assert serve.post(f"/s/{name}/messages", data={"message": "count slowly"}).status_code == 200
+    assert serve.post(f"/s/{name}/messages", data={"message": message}).status_code == 200
     follower = Follower(serve, f"/s/{name}/turns/0/stream")
-    wait_until(lambda: len("".join(follower.pieces)) >= 40, 15, "some of the reply to arrive")
+    wait_until(lambda: len("".join(follower.pieces)) >= chars, 15, "some of the reply to arrive")
+    return serve, name, follower
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(tmp_path, scripted, serves, signum):
+    serve, name, follower = reply_in_flight(scripted, serves, "count slowly", 40)
 
     t0 = time.monotonic()
     serve.proc.send_signal(signum)
@@ -192,12 +198,7 @@ def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(t
 
 
 def test_kill_9_mid_reply_then_restart_shows_interrupted_and_resend_works(tmp_path, scripted, serves):
-    scripted.script = Reply(text=TEXT, piece_size=5, token_delay=0.02)
-    serve = serves(scripted.url)
-    name = serve.open_session()
-    assert serve.post(f"/s/{name}/messages", data={"message": "are you there?"}).status_code == 200
-    follower = Follower(serve, f"/s/{name}/turns/0/stream")
-    wait_until(lambda: len("".join(follower.pieces)) >= 20, 15, "some of the reply to arrive")
+    serve, name, follower = reply_in_flight(scripted, serves, "are you there?", 20)
     serve.proc.kill()
     wait_for_exit(serve.proc, 10, "the killed server to go")
     turn = session_turns(tmp_path, name)[0]
