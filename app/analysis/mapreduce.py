@@ -36,6 +36,7 @@ from typing import Callable
 from .. import chunking
 from ..budget import estimate_messages, estimate_tokens, reduce_batches
 from ..errors import Refused
+from .quotes import Squashed
 
 log = logging.getLogger(__name__)
 
@@ -110,34 +111,6 @@ def nothing_relevant(text: str) -> bool:
         return True
     return ("\n" not in text and len(text) <= 160 and _NEGATION.search(text) is not None
             and _RELEVANCE_WORD.search(text) is not None)
-
-
-class Squashed:
-    """A text folded for matching (case folded, runs of whitespace as one space), with the
-    offset in the original of every folded character: a quote found here maps back to the
-    chunk's exact words."""
-
-    def __init__(self, text: str):
-        chars: list[str] = []
-        where: list[int] = []
-        for i, ch in enumerate(text):
-            if ch.isspace():
-                if chars and chars[-1] != " ":
-                    chars.append(" ")
-                    where.append(i)
-                continue
-            for folded in ch.casefold():
-                chars.append(folded)
-                where.append(i)
-        self.text, self.folded, self.where = text, "".join(chars), where
-
-    def find(self, quote: str) -> str:
-        """The chunk's own words for ``quote`` (case and whitespace aside), or ""."""
-        needle = " ".join(quote.casefold().split())
-        at = self.folded.find(needle) if needle else -1
-        if at < 0:
-            return ""
-        return self.text[self.where[at]:self.where[at + len(needle) - 1] + 1]
 
 
 def found_quote(quote: str, chunk: Squashed) -> str:

@@ -11,13 +11,13 @@ show what :func:`show` returns.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from .. import chunking
 from ..errors import HarveyError
 from ..sessions.fountain import ChunkAnalysis, Passage
 from ..workspace import Workspace
+from .quotes import Squashed
 
 # Around a quote, a model often adds quotation marks or an ellipsis the file does not have.
 _QUOTE_EDGES = "\"'“”‘’«»….· \t\n"
@@ -109,21 +109,13 @@ def line_range(text: str, first: int, last: int) -> tuple[int, int]:
     return start, end - 1
 
 
-def quote_pattern(quote: str) -> re.Pattern | None:
-    """The quote as a pattern that any run of whitespace matches between its words, in any case."""
-    words = quote.strip(_QUOTE_EDGES).split()
-    if not words:
-        return None
-    return re.compile(r"\s+".join(re.escape(word) for word in words), re.IGNORECASE)
-
-
 def quote_spans(text: str, quotes: list[str]) -> tuple[list[tuple[int, int]], list[str]]:
     """Where the quotes occur in ``text`` (every occurrence, overlaps merged, in order), and those that do not."""
+    squashed = Squashed(text)
     found: list[tuple[int, int]] = []
     missing: list[str] = []
     for quote in quotes:
-        pattern = quote_pattern(quote)
-        hits = [(m.start(), m.end()) for m in pattern.finditer(text) if m.end() > m.start()] if pattern else []
+        hits = squashed.spans(quote.strip(_QUOTE_EDGES))
         if hits:
             found.extend(hits)
         elif quote.strip():
