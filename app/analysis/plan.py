@@ -129,13 +129,14 @@ def job_chunks(svc, job: Job, doc: chunking.Document) -> list[chunking.Chunk]:
     return chunks[:job.total]          # (a re-plan set the new total)
 
 
-def _selected(svc, job: Job, chunks: int) -> int:
-    """How many of the re-planned chunks run: all of them when the user chose the whole file,
-    but never more than the user agreed to (``max_chunks``, or the larger count they chose);
-    the first N stay the first N."""
+def _selected(svc, job: Job, chunks: int) -> tuple[int, bool]:
+    """How many of the re-planned chunks run, and whether the whole file was chosen but the limit
+    now leaves some out: all of them when the user chose the whole file, but never more than
+    they agreed to (``max_chunks``, or the larger count they chose); the first N stay the first N."""
     if job.selected not in (0, job.chunks):
-        return min(job.selected, chunks)
-    return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
+        return min(job.selected, chunks), False
+    selected = min(chunks, max(svc.config.chunking.max_chunks, job.selected))
+    return selected, selected < chunks
 
 
 def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Document:
@@ -166,10 +167,9 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
     chunks = at + len(rest)
     estimate = estimate_cost(svc, job.model, job.window, bpt, job.task,
                              [c.tokens for c in done] + [c.tokens for c in rest])
-    selected = _selected(svc, job, chunks)
-    every = job.selected in (0, job.chunks)
+    selected, capped = _selected(svc, job, chunks)
     message = (f"{job.file} is denser than planned: it makes {chunks} chunks; the first {selected} (the "
-               "limit) are analysed." if every and selected < chunks else job.message)
+               "limit) are analysed." if capped else job.message)
     return dict(replans=[*job.replans, [at, offset, bpt, size]], chunks=chunks, selected=selected, message=message,
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or job.estimated_seconds)
 
