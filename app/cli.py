@@ -111,12 +111,13 @@ def serve_until_signalled(server, svc) -> int:
     def graceful(reason: str) -> None:
         server.pull_trigger()                  # wake the loop: it closes the listening socket
         try:
-            cut = svc.replies.shutdown(reason, timeout=SHUTDOWN_REPLIES_S)
-            if cut:
-                log.info("recorded %d reply(s) in flight as interrupted", len(cut))
-            gate_for(svc).close_all()
             if svc.jobs:
-                svc.jobs.shutdown()
+                svc.jobs.shutdown()            # the running analysis becomes resumable
+            cut = svc.worker.shutdown(reason, timeout=SHUTDOWN_REPLIES_S)
+            if cut:
+                log.info("interrupted %d piece(s) of model work in flight; replies recorded with what "
+                         "arrived", len(cut))
+            gate_for(svc).close_all()
         except Exception:
             log.exception("graceful shutdown failed part-way")
         finally:

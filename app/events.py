@@ -46,9 +46,15 @@ class Event:
 
 
 class EventLog:
-    """Append-only events with ids 1, 2, 3...; ``close()`` marks the end."""
+    """Append-only events with ids 1, 2, 3...; ``close()`` marks the end.
 
-    def __init__(self) -> None:
+    ``key`` is unique across restarts (the owner's id with a per-process prefix); the
+    stream sends it before each id ("<key>-<n>"), so a Last-Event-ID from another log,
+    or from before a restart, is never taken for a position in this one.
+    """
+
+    def __init__(self, key: str = "") -> None:
+        self.key = key
         self._events: list[Event] = []
         self._closed = False
         self._cond = threading.Condition()
@@ -228,10 +234,16 @@ def gate_for(svc) -> StreamGate:
     return gate
 
 
-def last_event_id(headers, args) -> int:
-    """The id a reconnecting client already has (header, or ?after= for tests)."""
-    raw = headers.get("Last-Event-ID") or args.get("after") or "0"
-    try:
-        return max(0, int(raw))
-    except ValueError:
-        return 0
+def last_event_id(headers, args, key: str = "") -> int:
+    """The position in the log ``key`` a reconnecting client already has (0: none of it).
+
+    The header's id is "<key>-<n>": one of another log (or of this job before a restart)
+    counts as nothing, so the client gets the log from its start instead of skipping its
+    first n events.  ``?after=n`` (for tests) is a bare position.
+    """
+    header = (headers.get("Last-Event-ID") or "").strip()
+    if header:
+        got, _, number = header.rpartition("-")
+        return int(number) if got == key and number.isdigit() else 0
+    raw = args.get("after") or "0"
+    return max(0, int(raw)) if raw.isdigit() else 0

@@ -1,13 +1,15 @@
 """The long-lived parts of the app, made once from the config.
 
-One ``Services`` object per app holds the Ollama client, the session store, the
-calibration, the reply registry and the analysis job runner. Views reach it with
+One ``Services`` object per app holds the model server, the session store, the
+calibration, the owner of each session's model work (``activities``, run by the
+``worker``, each call made through ``calls``) and the analysis job runner. Views reach it with
 ``services()``; tests build an app around their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from flask import current_app
 
@@ -22,16 +24,21 @@ class Services:
     client: OllamaClient
     calibration: Calibration
     store: "SessionStore"
-    replies: "Replies"
+    activities: "Activities"          # the one owner of each session's model work
+    worker: "Worker"                  # where that work runs
+    calls: "ModelCalls"               # how each model call is made, checked and accounted for
     jobs: "JobRunner | None" = None
+    started_at: datetime = field(default_factory=lambda: datetime.now().replace(microsecond=0))
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config) -> "Services":
         """Build every service; creates the data folders, reads nothing else."""
         from .analysis.runner import JobRunner
-        from .chat.replies import Replies
         from .sessions.store import SessionStore
+        from .work.activity import Activities
+        from .work.calls import ModelCalls
+        from .work.worker import Worker
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
@@ -40,7 +47,9 @@ class Services:
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
         store = SessionStore(config.sessions_path, user_name=config.user_name,
                              workspace=str(config.workspace_path))
-        svc = cls(config=config, client=client, calibration=calibration, store=store, replies=Replies())
+        activities = Activities()
+        svc = cls(config=config, client=client, calibration=calibration, store=store, activities=activities,
+                  worker=Worker(activities), calls=ModelCalls(client, calibration))
         svc.jobs = JobRunner(svc)
         return svc
 

@@ -96,7 +96,7 @@ def single_pass(server, tmp: Path, file: str, text: str) -> int:
             time.sleep(0.01)
         (request,) = server.chats()[before:]
         assert f'<file name="{file}">' in request.body["messages"][-1]["content"]
-        gen = live.services.replies.current(name)
+        gen = live.services.activities.last(name)
         while gen and not gen.finished and time.monotonic() < deadline:
             time.sleep(0.01)
         return server.prompt_tokens(request.body)

@@ -28,7 +28,7 @@ DEADLINE_S = 30.0
 def wait_idle(live, name: str) -> None:
     """Until the reply has been recorded (bounded: a stuck reply fails the run)."""
     deadline = time.monotonic() + DEADLINE_S
-    while live.services.replies.running(name) is not None:
+    while live.services.activities.holder(name) is not None:
         if time.monotonic() > deadline:
             raise SystemExit("a reply did not finish in time")
         time.sleep(0.002)

@@ -144,8 +144,8 @@ class LiveApp:
         from app.events import gate_for
 
         gate_for(self.services).close_all()     # open event streams end now and free their threads
-        for gen in list(self.services.replies._by_session.values()):
-            gen.stop()
+        for activity in self.services.activities.running():
+            activity.stop()
         self.services.jobs.shutdown()
         from waitress.channel import HTTPChannel
 

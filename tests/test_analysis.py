@@ -99,7 +99,7 @@ def test_small_file_is_read_into_the_chat(setup):
     live, scripted, _ = setup
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "What does small.md say?"})
-    job = live.services.replies.current(name)
+    job = live.services.activities.last(name)
     wait_for(lambda: job.finished, what="the reply")
     prompt = scripted.chats()[0].body["messages"][-1]["content"]
     assert '<file name="small.md">' in prompt and "A short note about the Pi." in prompt

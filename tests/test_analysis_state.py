@@ -398,7 +398,7 @@ def test_the_answer_lands_after_the_asking_turn_though_the_user_chatted_meanwhil
     resumed = second.services.jobs.get(job.id)
     assert resumed.state == "interrupted"
     second.post(f"/s/{name}/messages", data={"message": "meanwhile, a question"})
-    reply = second.services.replies.current(name)
+    reply = second.services.activities.last(name)
     wait_for(lambda: reply.finished, what="the chat reply")
     wait_for(lambda: len(fountain.turns(fountain.loads(session_text(second, name)))) == 2
              and fountain.turns(fountain.loads(session_text(second, name)))[1].reply, what="the reply recorded")
@@ -557,7 +557,7 @@ def test_a_message_after_a_read_chunks_card_declines_that_card_in_its_own_turn(a
     live, scripted = app
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "hello first"})
-    reply = live.services.replies.current(name)
+    reply = live.services.activities.last(name)
     wait_for(lambda: reply.finished, what="the first reply")
     wait_for(lambda: fountain.turns(fountain.loads(session_text(live, name)))[0].reply, what="the reply recorded")
     live.post(f"/s/{name}/analysis/direct", data={"file": "big.md"})

@@ -14,7 +14,7 @@ from scripted_ollama import Reply
 
 def wait_reply(live, name, timeout=10):
     """Until the reply is recorded in the session file (not just finished), within ``timeout``."""
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     if gen is not None:
         assert gen.wait_recorded(timeout), f"the reply in {name} was not recorded within {timeout} s"
     return gen

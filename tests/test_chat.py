@@ -74,17 +74,17 @@ def test_user_message_is_on_disk_before_the_reply_ends(live, scripted):
     text = session_file(live, name)
     assert "keep me safe" in text
     assert fountain.turns(fountain.loads(text))[0].reply is None
-    live.services.replies.current(name).stop()
+    live.services.activities.last(name).stop()
 
 
 def test_stop_cancels_within_a_second_and_keeps_what_arrived(live, scripted):
     scripted.script = Reply(text="word " * 400, piece_size=5, token_delay=0.05)
     name = live.open_session()
     send(live, name, "long please")
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     wait_until(lambda: len(gen.pieces) >= 3, 10, "three pieces of the reply")
     stopped_at = time.monotonic()
-    assert live.post(f"/s/{name}/stop").status_code == 204
+    assert live.post(f"/s/{name}/stop", data={"activity": gen.id}).status_code == 204
     events, final = follow_reply(live, name)
     # The reply had ~20 s to go: ending within 5 s shows the stop took (a loose bound for a loaded
     # machine; it takes milliseconds), and the recorded text below shows it was cut short.
@@ -218,7 +218,7 @@ def test_empty_and_running_messages(live, scripted):
     assert live.post(f"/s/{name}/messages", data={"message": "   "}).status_code == 204
     send(live, name, "first")
     assert live.post(f"/s/{name}/messages", data={"message": "second"}).status_code == 409
-    live.services.replies.current(name).stop()
+    live.services.activities.last(name).stop()
 
 
 def test_workspace_harvey_md_is_the_system_prompt(live, scripted):

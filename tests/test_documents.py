@@ -165,7 +165,7 @@ def docs_live(tmp_path, scripted, make_live):
 def wait_reply(live, name):
     from test_turns import wait_for
 
-    wait_for(lambda: live.services.replies.running(name) is None, what="the reply")
+    wait_for(lambda: live.services.activities.holder(name) is None, what="the reply")
 
 
 def test_a_small_pdf_is_read_into_the_chat_as_its_text(docs_live, scripted):

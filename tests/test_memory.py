@@ -19,13 +19,13 @@ from waiting import wait_until
 
 
 def test_finished_replies_leave_the_registry_after_the_grace(live, scripted):
-    live.services.replies.grace = 0.3
+    live.services.activities.grace = 0.3
     scripted.script = Reply(text="short answer", piece_size=3)
     names = [live.services.store.create("tiny:1b").name for _ in range(5)]
     for name in names:
         assert live.post(f"/s/{name}/messages", data={"message": "hi"}).status_code == 200
     wait_until(lambda: all(live.services.store.load(n).turns[0].reply for n in names), 15, "every reply recorded")
-    wait_until(lambda: len(live.services.replies) == 0, 10, "every finished generation released")
+    wait_until(lambda: len(live.services.activities) == 0, 10, "every finished generation released")
     # the page and a late stream read the file: the reply is still all there
     page = live.get(f"/s/{names[0]}").text
     assert "short answer" in page and "sse-connect" not in page
@@ -35,7 +35,7 @@ def test_finished_replies_leave_the_registry_after_the_grace(live, scripted):
 
 
 def test_a_stream_following_when_the_reply_ends_still_gets_it_all(live, scripted):
-    live.services.replies.grace = 0.0            # released the moment it is recorded
+    live.services.activities.grace = 0.0            # released the moment it is recorded
     scripted.script = Reply(text="abcdefghij" * 5, piece_size=5, token_delay=0.01)
     name = live.open_session()
     assert live.post(f"/s/{name}/messages", data={"message": "go"}).status_code == 200

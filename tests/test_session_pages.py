@@ -383,7 +383,7 @@ def test_busy_session_is_not_deleted(live, scripted):
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "long one"})
     assert live.post(f"/sessions/{name}/delete").status_code == 409
-    live.services.replies.current(name).stop()
+    live.services.activities.last(name).stop()
     assert live.services.store.exists(name)
 
 

@@ -111,7 +111,7 @@ def test_sixteen_streams_leave_healthz_the_page_and_stop_answering(tmp_path, scr
     scripted.script = Reply(text="word " * 2000, piece_size=5, token_delay=0.02)   # ~40 s unless stopped
     name = live.open_session()
     send(live, name, "talk for a long time")
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     wait_until(lambda: len(gen.pieces) >= 2, 10, "the reply to start streaming")
 
     path = f"/s/{name}/turns/0/stream"
@@ -154,7 +154,7 @@ def test_sixteen_streams_leave_healthz_the_page_and_stop_answering(tmp_path, scr
         assert "sse-connect" in live.get(f"/s/{name}").text       # the page still follows the reply
         assert not gen.finished                                     # the reply is still going
         t0 = time.monotonic()
-        assert live.post(f"/s/{name}/stop").status_code == 204
+        assert live.post(f"/s/{name}/stop", data={"activity": gen.id}).status_code == 204
         timings["stop"] = time.monotonic() - t0
         assert all(v < GENEROUS_S for v in timings.values()), timings
         print("latencies with 16 streams asked for (6 open):", {k: f"{v * 1000:.0f} ms" for k, v in timings.items()})
@@ -180,7 +180,7 @@ def test_a_refused_stream_is_told_to_retry_and_resumes_when_it_gets_in(tmp_path,
     scripted.script = Reply(text="abc " * 500, piece_size=4, token_delay=0.02)      # ~10 s
     name = live.open_session()
     send(live, name, "go")
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     wait_until(lambda: len(gen.pieces) >= 4, 10, "a few pieces")
     path = f"/s/{name}/turns/0/stream"
     gate = gate_for(live.services)
@@ -237,7 +237,7 @@ def test_a_last_event_id_of_another_reply_gets_a_snapshot(live, scripted):
     scripted.script = Reply(text="0123456789" * 30, piece_size=5, token_delay=0.02)
     name = live.open_session()
     send(live, name, "digits")
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     wait_until(lambda: len(gen.pieces) >= 4, 10, "a few pieces")
     conn = read_stream(live.http, f"/s/{name}/turns/0/stream", last_event_id="g999999-2", timeout=20)
     snapshot = conn.events[0]
@@ -251,7 +251,7 @@ def test_a_client_that_never_reads_holds_its_thread_no_longer_than_the_lifetime(
     scripted.script = Reply(text="zz " * 3000, piece_size=3, token_delay=0.01)    # ~30 s unless stopped
     name = live.open_session()
     send(live, name, "go on")
-    gen = live.services.replies.current(name)
+    gen = live.services.activities.last(name)
     gate = gate_for(live.services)
     port = int(live.url.rsplit(":", 1)[1])
     sleeper = socket.create_connection(("127.0.0.1", port), timeout=5)   # a phone that went to sleep:

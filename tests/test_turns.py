@@ -27,7 +27,7 @@ def wait_for(predicate, timeout=10.0, what="the condition"):
 
 
 def idle(live, name):
-    return live.services.replies.running(name) is None
+    return live.services.activities.holder(name) is None
 
 
 def recorded_turns(live, name):
@@ -83,7 +83,7 @@ def test_a_message_sent_while_a_reply_streams_is_refused_and_not_written(live, s
     assert f'href="/s/{name}">Show the reply</a>' in refused.text
     send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")
     assert send.has_attr("disabled") and send.get_text() == "Reply streaming…"
-    live.post(f"/s/{name}/stop")        # (the reply would stream for 40 s)
+    live.post(f"/s/{name}/stop", data={"activity": live.services.activities.holder(name).id})   # (40 s otherwise)
     wait_for(lambda: idle(live, name), what="the reply to end")
     assert [t.user_text for t in recorded_turns(live, name)] == ["first"]
     send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterable
 
-from ..chat import prepare as conversation
 from ..errors import Conflict, Refused
+from ..routing import without_mentions
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "proposed": frozenset({"queued", "declined", "discarded"}),
@@ -60,7 +60,8 @@ DISCARDABLE = ("proposed", "choose", "interrupted", "failed")   # a card offers 
 
 
 def without_directive(instruction: str) -> str:
-    return conversation.MENTION_ANYWHERE.sub("", instruction).strip()
+    """The instruction as the model sees it: the ``@model`` directive removed."""
+    return without_mentions(instruction)
 
 
 class JobError(Refused):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable
 
-from ..chat.prepare import MENTION_ANYWHERE
+from ..routing import MENTION_ANYWHERE
 from ..chunking import kind_for_path
 from ..documents import DOCX_EXTENSIONS, PDF_EXTENSIONS
 from ..sessions.index import Instruction

@@ -35,18 +35,19 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import secrets
 import threading
 import time
 from collections import OrderedDict
 
 from .. import chunking
-from ..budget import estimate_messages, observed_bpt
-from ..chat import prepare as conversation
-from ..errors import HarveyError
+from .. import routing
+from ..budget import observed_bpt
+from ..errors import Busy, HarveyError
 from ..events import EventLog
-from ..ollama import ChatStream, ContextExceeded, ModelNotFound, OllamaError, OllamaHTTPError
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound
+from ..work.activity import Activity
+from ..work.calls import Request
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
 from . import mapreduce, plan, record
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 OVERFLOW_TEXT = ('Context overflow: {file} is approximately {tokens:,} tokens;\n{remaining:,} tokens remain in '
                  'current context.\nEnter instructions to process each chunk in turn, or "no" to\nreturn to the '
                  'conversation.')
+# The states in which a job holds its session's activity: its card waits for the instruction, it
+# runs, or its outcome is being written into the session.
+HOLDING = ("proposed", *ACTIVE, "done", "dropped")
 RETRIES = 1                 # a chunk that failed (not a refusal that repeats) is tried once more
 RETRY_PAUSE_S = 1.0         # before retrying after a transport failure (Ollama restarting)
 KEEP_SETTLED = 8            # settled jobs kept for late event followers; older ones are forgotten
@@ -67,13 +71,6 @@ KEEP_SETTLED = 8            # settled jobs kept for late event followers; older 
 def repeats(exc: BaseException) -> bool:
     """A refusal that the same request would get again: never retried."""
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
-
-
-def refuses_format(exc: BaseException) -> bool:
-    """The server refused the request's JSON schema (an Ollama older than 0.5: HTTP 400 naming the format)."""
-    text = str(exc).lower()
-    return (isinstance(exc, OllamaHTTPError) and text.startswith("ollama answered http 400")
-            and ("format" in text or "schema" in text))
 
 
 def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
@@ -98,24 +95,76 @@ class JobRunner:
         self.logs: dict[str, EventLog] = {}
         self._settled: OrderedDict[str, tuple[Job, EventLog]] = OrderedDict()
         self._run_start: dict[str, int] = {}
-        self._queue: queue.Queue[str] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._stream: tuple[str, ChatStream] | None = None     # (job id, the request in flight)
+        # The session's activity each open job holds (work.Activities owns them): a job holds
+        # its session while its card waits for the instruction and while it runs.
+        self._activities: dict[str, Activity] = {}
+        self.lane = svc.worker.lane("analysis", self._serve)
         self._wake = threading.Event()
         self._stopping = False
         for job in self.store.load_all():
             self.jobs[job.id] = job
-            self.logs[job.id] = EventLog()
+            self.logs[job.id] = EventLog(key=self._log_key(job))
             if job.state in SETTLED:
                 self._recover(job)      # a crash came between the decision and the record
             elif not self.svc.store.exists(job.session):
                 self.discard(job)       # stale: its session was deleted while the server was down
             elif job.state in ACTIVE:
                 self.transition(job, "interrupted", message=self._stopped_message(job))
+            elif job.state == "proposed":
+                try:
+                    self._hold(job)     # its card waits again, holding the session
+                except Busy:
+                    pass                # (an older file with two cards: the newer one holds)
 
     def transition(self, job: Job, new_state: str, **changes) -> Job:
-        """The one way a job's state changes: checked by job.TRANSITIONS, applied and saved under the lock."""
-        return self.machine.transition(job, new_state, **changes)
+        """The one way a job's state changes: checked by job.TRANSITIONS, applied and saved under the lock.
+
+        A job that leaves the states that hold its session (``HOLDING``) gives the session back."""
+        self.machine.transition(job, new_state, **changes)
+        if new_state not in HOLDING:
+            self._release(job)
+        else:
+            activity = self._activity_of(job)
+            if activity is not None:
+                activity.waiting = new_state == "proposed"
+        return job
+
+    # -- the session's activity ---------------------------------------------------------
+
+    def _hold(self, job: Job) -> Activity:
+        """Take the job's session (Busy if a reply or a compact holds it); called under the session lock."""
+        activity = self.svc.activities.begin(job.session, "analysis", job.turn)
+        activity.waiting = job.state == "proposed"
+        with self._lock:
+            self._activities[job.id] = activity
+        return activity
+
+    def _release(self, job: Job) -> None:
+        with self._lock:
+            activity = self._activities.pop(job.id, None)
+        if activity is not None:
+            self.svc.activities.end(activity)
+
+    def _activity_of(self, job: Job) -> Activity | None:
+        with self._lock:
+            return self._activities.get(job.id)
+
+    def _retake(self, job: Job) -> None:
+        """Hold the session again to run a job the user sent back to work (after a cancel or an
+        interruption); a reply or compact running there refuses it, with the reason on the card."""
+        try:
+            self._hold(job)
+        except Busy as exc:
+            self._refuse(job, f"{exc} (The analysis waits; try again when that has finished.)")
+
+    def results_of(self, job: Job) -> dict[int, ChunkResult]:
+        """A copy of the job's results, taken under the lock the worker writes them under."""
+        with self._lock:
+            return dict(job.results)
+
+    def _log_key(self, job: Job) -> str:
+        """Event ids of this process's log of a job: never taken for another process's (a restart)."""
+        return f"{self.svc.activities.boot}{job.id}"
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -158,7 +207,7 @@ class JobRunner:
                 return self.logs[job.id]
             if job.id in self._settled:
                 return self._settled[job.id][1]
-            return self.logs.setdefault(job.id, EventLog())
+            return self.logs.setdefault(job.id, EventLog(key=self._log_key(job)))
 
     def decorate(self, session, views) -> None:
         """Put each open job's card on the turn it belongs to."""
@@ -187,10 +236,15 @@ class JobRunner:
         fields = plan.plan(self.svc, name, model, user_text)     # file_tokens: of the text, not the bytes
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=name, user_text=user_text,
                   instruction=user_text, remaining=remaining, turn_text=turn_text, **fields)
+        self._hold(job)
         with self._lock:
             self.jobs[job.id] = job
-            self.logs[job.id] = EventLog()
-        self.store.save(job)
+            self.logs[job.id] = EventLog(key=self._log_key(job))
+        try:
+            self.store.save(job)
+        except BaseException:
+            self._release(job)
+            raise
         return job
 
     # -- user decisions ---------------------------------------------------------------------
@@ -227,15 +281,14 @@ class JobRunner:
 
     def _route(self, instruction: str, default: str) -> tuple[str, str]:
         """``@name`` anywhere routes to that installed model; the directive is removed."""
-        mentions = conversation.MENTION_ANYWHERE.findall(instruction)
-        text = without_directive(instruction)
-        if not mentions:
+        mention = routing.last_mention(instruction)
+        text = routing.without_mentions(instruction)
+        if mention is None:
             return default, text
-        installed = self.svc.client.list_models()
         try:
-            return conversation.resolve_model(mentions[-1], installed), text
-        except conversation.TurnRefused as exc:
-            raise JobError(f"{exc} Install it with: ollama pull {mentions[-1]}") from None
+            return routing.resolve(mention, self.svc.client.list_models()), text
+        except routing.UnknownModel as exc:
+            raise JobError(f"{exc} Install it with: ollama pull {mention}") from None
 
     def decline(self, job: Job) -> None:
         """"no": back to the conversation; nothing is sent to any model."""
@@ -248,26 +301,34 @@ class JobRunner:
 
     def cancel(self, job: Job) -> None:
         """Stop the run: close the request in flight; no new chunk starts."""
-        stream, unqueued = None, False
+        activity, unqueued = None, False
         with self._lock:
             if job.state == "queued":      # not picked up yet: the worker will find it is not queued
                 self.transition(job, "choose")
                 unqueued = True
             elif job.state in WORKING:
                 self.transition(job, "cancelling")
-                stream = self._stream_of(job)
+                activity = self._activity_of(job)
             else:
                 return
         self._wake.set()
-        if stream is not None:
-            stream.cancel()
+        if activity is not None:
+            activity.stop()                # the call in flight ends now, whatever stage it is at
         if unqueued:
             self._emit_state(job)
 
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
         if keep and job.done_count:
-            self.transition(job, "queued", expect="choose", synthesis="pending")
+            with self.svc.store.lock(job.session):
+                if job.state != "choose":
+                    raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
+                self._retake(job)
+                try:
+                    self.transition(job, "queued", expect="choose", synthesis="pending")
+                except InvalidTransition:
+                    self._release(job)
+                    raise
             self._submit(job)
             return
         self.transition(job, "dropped", expect="choose")
@@ -285,7 +346,15 @@ class JobRunner:
         if doc.fingerprint != job.fingerprint:
             self._refuse(job, f"{job.file} has changed since the analysis started, so finished chunks no longer "
                               "match it. Discard this analysis and start a new one.")
-        self.transition(job, "queued", expect="interrupted", message="")
+        with self.svc.store.lock(job.session):
+            if job.state != "interrupted":
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
+            self._retake(job)
+            try:
+                self.transition(job, "queued", expect="interrupted", message="")
+            except InvalidTransition:
+                self._release(job)
+                raise
         self._submit(job)
 
     def _refuse(self, job: Job, message: str) -> None:
@@ -295,11 +364,11 @@ class JobRunner:
     def discard(self, job: Job, expect=None) -> None:
         """Throw the job away (its card's Discard, or its session deleted): its folder goes."""
         with self._lock:
+            activity = self._activity_of(job)
             self.transition(job, "discarded", expect=expect)
-            stream = self._stream_of(job)
         self._wake.set()
-        if stream is not None:
-            stream.cancel()
+        if activity is not None:
+            activity.stop()
         self._settle(job)
 
     def discard_for_session(self, session: str) -> int:
@@ -324,43 +393,27 @@ class JobRunner:
         with self._lock:
             self._run_start[job.id] = self.log_for(job).last_id
         self._progress(job)
-        self._queue.put(job.id)
-        with self._lock:
-            if self._worker is None or not self._worker.is_alive():
-                self._worker = threading.Thread(target=self._work, name="analysis", daemon=True)
-                self._worker.start()
+        self.lane.put(job.id)
 
-    def _work(self) -> None:
-        """One job at a time, so the Pi's model is never asked for two things."""
-        while True:
+    def _serve(self, job_id: str) -> None:
+        """Run one queued job (the analysis lane runs one at a time: the Pi's model is asked for one)."""
+        with self._lock:
+            job = self.jobs.get(job_id)
+        if job is None:
+            return
+        try:
+            self._run(job)
+        except InvalidTransition as exc:      # cancelled, discarded or stopped meanwhile
+            log.info("analysis %s: %s", job.id, exc)
+            self._after_stop(job)
+        except Exception as exc:  # a job must never kill the worker
+            log.exception("analysis %s failed", job.id)
             try:
-                job_id = self._queue.get(timeout=30)
-            except queue.Empty:
-                with self._lock:
-                    if self._queue.empty():
-                        self._worker = None
-                        return
-                continue
-            with self._lock:
-                job = self.jobs.get(job_id)
-            if job is None:
-                continue
-            try:
-                self._run(job)
-            except InvalidTransition as exc:      # cancelled, discarded or stopped meanwhile
-                log.info("analysis %s: %s", job.id, exc)
-                self._after_stop(job)
-            except Exception as exc:  # a job must never kill the worker
-                log.exception("analysis %s failed", job.id)
-                try:
-                    self._fail(job, f"The analysis failed: {_one_line(exc)}")
-                except InvalidTransition:
-                    pass
-                except Exception:     # e.g. the disk is full: job.json cannot be saved either
-                    log.exception("analysis %s: the failure could not be saved", job.id)
-            finally:
-                with self._lock:
-                    self._stream = None
+                self._fail(job, f"The analysis failed: {_one_line(exc)}")
+            except InvalidTransition:
+                pass
+            except Exception:     # e.g. the disk is full: job.json cannot be saved either
+                log.exception("analysis %s: the failure could not be saved", job.id)
 
     def _run(self, job: Job) -> None:
         try:
@@ -501,9 +554,7 @@ class JobRunner:
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
                                   format=mapreduce.MAP_SCHEMA)
-            except OllamaHTTPError as exc:
-                if not refuses_format(exc):
-                    raise
+            except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
                 self.machine.update(job, format_refused=True)
@@ -520,51 +571,34 @@ class JobRunner:
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
               chunk: bool = False, format: dict | None = None) -> str:
-        """One model call with the chat's num_ctx; refuses anything over the window.
+        """One model call through the shared helper (``work.calls``): refused before sending if it
+        would not fit the window with its reply, cancelled by the job's activity on a stop.
 
         What it cost (the server's own prompt and reply token counts, its time) is added
-        to the job, and the calibration for ``kind`` learns from it; a map call (``chunk``)
-        also measures the file's own bytes per token, which a re-plan sizes the rest with.
+        to the job; a map call (``chunk``) also measures the file's own bytes per token,
+        which a re-plan sizes the rest with.
         """
+        activity = self._activity_of(job)
+        if activity is None:
+            raise Cancelled("The analysis no longer holds its session.")
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
-        estimate = estimate_messages(messages, bpt) + num_predict
-        if estimate > job.window:
-            raise ContextExceeded(f"A request of about {estimate} tokens would exceed the window of "
-                                  f"{job.window} tokens.")
-        stream = self.svc.client.chat(job.model, messages, num_ctx=job.window,
-                                      options={"num_predict": num_predict}, format=format)
-        with self._lock:
-            self._stream = (job.id, stream)
-            late = self._stopped(job)       # a cancel that came while the request was being opened
-        if late:
-            stream.cancel()
-        try:
-            text = "".join(stream)
-        finally:
-            with self._lock:
-                self._stream = None
-        if stream.cancelled:
-            raise OllamaError("cancelled")
-        final = stream.final
-        if final is not None:
+        request = Request(job.model, messages, window=job.window, num_predict=num_predict, bytes_per_token=bpt,
+                          kind=kind, format=format)
+        text, usage = self.svc.calls.text(activity, request)
+        if usage is not None:
             job.model_calls += 1
-            job.prompt_tokens += final.prompt_eval_count or 0
-            job.generated_tokens += final.eval_count or 0
-            job.model_seconds += final.seconds or 0.0
-            measured = observed_bpt(messages, final.prompt_eval_count) if chunk else None
+            job.prompt_tokens += usage.prompt_tokens or 0
+            job.generated_tokens += usage.generated_tokens or 0
+            job.model_seconds += usage.seconds or 0.0
+            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             if measured:
                 job.measured_bpt = min(job.measured_bpt or measured, measured)
-        self.svc.calibration.observe(job.model, messages, final, kind=kind, num_predict=num_predict)
-        return text.strip()
+        return text
 
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
         (or the plan's, if that is more cautious)."""
         return min(job.bytes_per_token, self.svc.calibration.bytes_per_token(job.model, "prose", conservative=True))
-
-    def _stream_of(self, job: Job) -> ChatStream | None:
-        current = self._stream
-        return current[1] if current is not None and current[0] == job.id else None
 
     def _reduce(self, job: Job) -> None:
         """Synthesize the relevant partial answers, with citations checked; with no answer at all,
@@ -659,7 +693,9 @@ class JobRunner:
         self._finish(job, job.answer, "ok" if job.state == "done" else "cancelled")
 
     def _settle(self, job: Job) -> None:
-        """The outcome is recorded (or thrown away): the folder goes, the runner forgets the job."""
+        """The outcome is recorded (or thrown away): the folder goes, the runner forgets the job,
+        and its session is free again."""
+        self._release(job)
         self.store.remove(job)
         with self._lock:
             self.jobs.pop(job.id, None)
@@ -686,7 +722,7 @@ class JobRunner:
         """Stop the request in flight; the running job becomes interrupted, so a restart offers Resume."""
         with self._lock:
             self._stopping = True
-            current = self._stream
+            running = list(self._activities.values())
         self._wake.set()
-        if current is not None:
-            current[1].cancel()
+        for activity in running:
+            activity.stop()

@@ -13,15 +13,14 @@ import time
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
 
-from ..errors import HarveyError
+from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
-from ..ollama import OllamaError
 from ..services import services
 from ..sessions import fountain
 from ..sessions.store import SessionNotFound
-from ..chat import prepare as conversation
+from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
-from . import library, passages
+from . import direct as direct_analysis, library, passages
 from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
 bp = Blueprint("analysis", __name__)
@@ -44,8 +43,6 @@ def _job(name: str, job_id: str) -> Job:
 
 
 def _turn_html(job: Job) -> str:
-    from ..chat.views import turn_fragment
-
     return turn_fragment(job.session, job.turn)
 
 
@@ -143,15 +140,16 @@ def events(name: str, job_id: str):
     if job is None or job.session != name:
         return _sse(sse_format(Event(0, "close", "")))
     log_ = runner.log_for(job)
-    after = last_event_id(request.headers, request.args)
+    prefix = log_.key + "-"
+    after = last_event_id(request.headers, request.args, log_.key)
     if job.state in ACTIVE:
         after = max(after, runner.run_start(job))       # a resumed job: the earlier runs' events are over
     idle = log_.closed or job.state not in (*ACTIVE, "done", "dropped")
     if (idle and after >= log_.last_id) or after > log_.last_id:
         # Nothing running to follow, or an id from another run of the log (the server restarted):
         # the card as it is now, which opens its own stream if the job runs.
-        return _sse(sse_format(Event(log_.last_id, "state", _turn_html(job)))
-                    + sse_format(Event(log_.last_id, "close", "")))
+        return _sse(sse_format(Event(log_.last_id, "state", _turn_html(job)), prefix)
+                    + sse_format(Event(log_.last_id, "close", ""), prefix))
     gate = gate_for(services())
     slot = gate.enter()
     if slot is None:
@@ -165,12 +163,12 @@ def events(name: str, job_id: str):
                     yield sse_format(None)
                     continue
                 if event.name == "state":
-                    yield sse_format(Event(event.id, "state", _turn_html(job)))
-                    yield sse_format(Event(event.id, "close", ""))
+                    yield sse_format(Event(event.id, "state", _turn_html(job)), prefix)
+                    yield sse_format(Event(event.id, "close", ""), prefix)
                     return
-                yield sse_format(Event(event.id, event.name, _render(job, event)))
+                yield sse_format(Event(event.id, event.name, _render(job, event)), prefix)
             if log_.closed:
-                yield sse_format(Event(log_.last_id, "close", ""))
+                yield sse_format(Event(log_.last_id, "close", ""), prefix)
             # else: lifetime up or shutting down; the browser reconnects with its Last-Event-ID
         finally:
             slot.release()
@@ -187,41 +185,14 @@ def _sse(body) -> Response:
 @bp.post("/s/<name>/analysis/direct")
 def direct(name: str):
     """Analyse a workspace file directly (the terminal Harvey's /read-chunks)."""
-    svc = services()
+    _session(name)
     try:
-        session = svc.store.load(name)
-    except SessionNotFound:
-        abort(404, description="There is no such session.")
-    if svc.jobs.busy(name) or svc.replies.running(name):
-        abort(409, description="This session is busy; wait for the reply or analysis to finish.")
-    file = request.form.get("file", "")
-    from ..chat.views import session_model, status_for
-
-    model = session_model(session)
-    turn = fountain.Turn(when=conversation.now(), user_text=f"/read-chunks {file}", model=model)
-    with svc.store.lock(name):
-        session = svc.store.load(name)
-        try:
-            remaining = status_for(session, model)["remaining"] or 0
-            job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining,
-                                   turn_text=turn.user_text)
-        except (HarveyError, OSError) as exc:
-            abort(400, description=str(exc))
-        turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
-        svc.store.append_turn(name, turn)
+        job = direct_analysis.read_chunks(services(), name, request.form.get("file", ""))
+    except Busy as exc:
+        abort(409, description=str(exc))
+    except (HarveyError, OSError) as exc:
+        abort(400, description=str(exc))
     return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
-
-
-def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
-    """For ``render.markdown``: where each chunk cited in turn ``index``'s answer opens.
-
-    None (no links at all) unless the turn's analysis recorded passages; a number
-    without a passage gets None and stays plain text.
-    """
-    if not session or analysis is None or not analysis.passages:
-        return None
-    chunks = set(analysis.passages)
-    return lambda n: url_for("analysis.passage", name=session, turn=index, chunk=n) if n in chunks else None
 
 
 @bp.get("/s/<name>/turns/<int:turn>/passages/<int:chunk>")

@@ -9,25 +9,22 @@ the chunked-analysis alert instead of the model). ``finish`` records the reply.
 from __future__ import annotations
 
 import logging
-import re
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .. import chunking, documents
+from .. import chunking, documents, routing
 from ..errors import Refused
-from ..budget import Budget, estimate_messages, fit_history, new_budget
+from ..budget import Budget, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
 from ..ollama import ChatFinal, OllamaError
 from ..sessions import fountain, notes
+from ..work.calls import Request
 from ..workspace import Workspace, WorkspaceFile
 
 log = logging.getLogger(__name__)
 
 FILE_BLOCK_TOKENS = 12   # the <file name="..."> wrapper around an included file
-MENTION_AT_START = re.compile(r"^\s*@([\w.:/\-]+)\s*")
-MENTION_ANYWHERE = re.compile(r"(?<![\w@])@([\w.:/\-]*[\w])")
-
-
 class TurnRefused(Refused):
     """The message cannot be sent; ``kind`` names the error card (ERROR_TEXTS)."""
 
@@ -59,30 +56,16 @@ class Prepared:
 
     @property
     def estimate(self) -> int:
-        return estimate_messages(self.messages, self.budget.bytes_per_token)
+        """The request's tokens: the chat's figure for the words, each file's own for its text."""
+        bpt = self.budget.bytes_per_token
+        at_chat = sum(estimate_tokens(f.text, bpt) for f in self.files)
+        return estimate_messages(self.messages, bpt) - at_chat + sum(f.tokens for f in self.files)
 
-
-def split_model_mention(text: str, installed: list[str]) -> tuple[str | None, str]:
-    """``@name rest`` -> (model, rest) for the terminal Harvey's @mention.
-
-    A bare name matches an installed ``name:tag`` when exactly one does, so
-    ``@llama3.2`` reaches ``llama3.2:3b``.
-    """
-    match = MENTION_AT_START.match(text)
-    if not match:
-        return None, text
-    return resolve_model(match.group(1), installed), text[match.end():]
-
-
-def resolve_model(name: str, installed: list[str]) -> str:
-    """The installed model ``name`` means, or TurnRefused naming the choices."""
-    if name in installed:
-        return name
-    candidates = [m for m in installed if m.split(":")[0] == name or m == f"{name}:latest"]
-    if len(candidates) == 1:
-        return candidates[0]
-    choices = ", ".join(installed) or "none"
-    raise TurnRefused("unknown_model", f"'@{name}' is not an installed model. Installed models: {choices}.")
+    def request(self) -> Request:
+        """The chat request: it may generate its reservation and whatever the budget left free."""
+        room = self.budget.components.get("reply", 0) + max(0, self.budget.remaining)
+        return Request(self.model, self.messages, window=self.budget.window, num_predict=room,
+                       bytes_per_token=self.budget.bytes_per_token, tokens=self.estimate)
 
 
 def system_prompt(config, workspace: Path) -> str:
@@ -97,7 +80,7 @@ def system_prompt(config, workspace: Path) -> str:
     return config.system_prompt
 
 
-def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
+def history_turns(turns: list[fountain.Turn], retrying: bool = False) -> list[list[dict]]:
     """Past turns as chat messages, oldest first.
 
     A compact note (a summary the model wrote of the turns before it) replaces
@@ -106,10 +89,12 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
     one assistant message holding both replies, each introduced by its model's
     name, so the roles keep alternating.  The terminal Harvey's ``/read-chunks``
     (a chunk analysis with no message) is sent the way Harvey keeps it in its
-    history: ``[/read-chunks FILE — N chunk(s)]`` and the synthesis.
+    history: ``[/read-chunks FILE — N chunk(s)]`` and the synthesis.  A regenerate or
+    edit that failed leaves the exchange it meant to replace in place.  ``retrying``:
+    the next request asks the last turn again, so its exchange is left out.
     """
     history: list[list[dict]] = []
-    added = False                       # did the turn before add an entry (a retry takes it back)?
+    added = False                       # is the last entry the newest answered exchange (a retry replaces it)?
     for turn in turns:
         replaced = compacted_turns(turn)
         if replaced is not None:
@@ -117,24 +102,29 @@ def history_turns(turns: list[fountain.Turn]) -> list[list[dict]]:
                         {"role": "assistant", "content": "Noted."}], *history[replaced:]]
             added = False
             continue
-        if added and notes.is_retry(turn.notes):
+        retry = added and notes.is_retry(turn.notes)
+        prompt = _history_prompt(turn) if turn.reply is not None else None
+        if prompt is None:
+            added = retry               # a failed regenerate or edit keeps the exchange it meant to replace
+            continue
+        if retry:
             history.pop()               # regenerated or edited: the model sees only the new attempt
-        added = False
-        if turn.reply is None:
-            continue
-        if turn.user_text:
-            prompt = turn.user_text
-            while prompt.startswith("@") and MENTION_AT_START.match(prompt):  # "@mistral @claude compare"
-                prompt = MENTION_AT_START.sub("", prompt, count=1)
-        elif turn.user_text is None and turn.analysis is not None:
-            a = turn.analysis
-            prompt = f"[/read-chunks {a.file} — {a.chunks} chunk(s)]" + (f"\n{a.instruction}" if a.instruction else "")
-        else:
-            continue
         history.append([{"role": "user", "content": prompt},
                         {"role": "assistant", "content": assistant_text(turn)}])
         added = True
+    if retrying and added:
+        history.pop()                   # the turn being sent again replaces the last exchange
     return history
+
+
+def _history_prompt(turn: fountain.Turn) -> str | None:
+    """What the user's side of an answered turn was, as the model is shown it (None: nothing)."""
+    if turn.user_text:
+        return routing.without_leading_mentions(turn.user_text)   # "@mistral @claude compare"
+    if turn.user_text is None and turn.analysis is not None:
+        a = turn.analysis
+        return f"[/read-chunks {a.file} — {a.chunks} chunk(s)]" + (f"\n{a.instruction}" if a.instruction else "")
+    return None
 
 
 def assistant_text(turn: fountain.Turn) -> str:
@@ -157,26 +147,38 @@ def compacted_turns(turn: fountain.Turn) -> int | None:
     return notes.compacted(turn.notes)
 
 
-def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fountain.Turn | None:
-    """Have the model summarise all but the last ``keep`` turns into one note."""
+COMPACT_REPLY_TOKENS = 300
+
+
+def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> tuple[Request, int, int] | None:
+    """The request that summarises all but the last ``keep`` turns, with how many turns it
+    summarises and how many of the oldest did not fit (None: nothing to summarise)."""
     history = history_turns(turns)
     older = history[:-keep] if keep else history
     if not older:
         return None
     facts = svc.client.show(model)
     budget = new_budget(svc.config, model, facts.context_length, svc.calibration.bytes_per_token(model))
-    budget.components["reply"] = 300
+    budget.components["reply"] = COMPACT_REPLY_TOKENS
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
     messages = [{"role": "system", "content": COMPACT_PROMPT}, {"role": "user", "content": transcript}]
-    summary, final = svc.client.chat_text(model, messages, num_ctx=budget.window, options={"num_predict": 300})
-    svc.calibration.observe(model, messages, final)
+    request = Request(model, messages, window=budget.window, num_predict=COMPACT_REPLY_TOKENS,
+                      bytes_per_token=budget.bytes_per_token)
+    return request, len(older), left_out
+
+
+def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fountain.Turn:
+    """The compact note turn: the summary later requests send instead of the turns it covers."""
     return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
-                         notes=[notes.compact(len(older), model, left_out)])
+                         notes=[notes.compact(summarised, model, left_out)])
 
 
-def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
-    """Budget the turn and build its request, or say why it cannot be sent."""
+def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: bool = False) -> Prepared:
+    """Budget the turn and build its request, or say why it cannot be sent.
+
+    ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
+    out of the history."""
     config = svc.config
     facts = svc.client.show(model)
     budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
@@ -187,7 +189,7 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget)
     _add_files(svc, prepared, text)
-    history, prepared.left_out_turns = fit_history(budget, system, history_turns(past))
+    history, prepared.left_out_turns = fit_history(budget, system, history_turns(past, retrying))
     if prepared.left_out_turns:
         n = prepared.left_out_turns
         prepared.notices.append(f"{n} older turn{'s' if n > 1 else ''} left out of this request "
@@ -221,14 +223,9 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     prepared.notices.extend(problems)
     budget = prepared.budget
     for wf in files:
-        doc = None
         _refuse_unreadable(wf)
         try:
-            if chunking.kind_for_path(wf.path) == "html" or documents.format_for_path(wf.path):
-                doc = chunking.read_document(wf.path)     # budget the text, not the markup or the PDF's bytes
-                tokens = budget.estimate(doc.text) + FILE_BLOCK_TOKENS
-            else:
-                tokens = budget.estimate_bytes(wf.size) + FILE_BLOCK_TOKENS
+            tokens, doc, bpt = _file_tokens(svc, prepared.model, wf)
             too_big = tokens > config.chunking.threshold * budget.remaining
             if too_big and len(files) == 1 and config.chunking.enabled:
                 prepared.overflow.append(wf)
@@ -243,7 +240,7 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
         except (chunking.ChunkingError, OSError) as exc:
             prepared.notices.append(f"{wf.name} was not included: it could not be read ({exc.__class__.__name__}).")
             continue
-        block = FileBlock(wf, doc.text, budget.estimate(doc.text) + FILE_BLOCK_TOKENS, doc.decode_note or "")
+        block = FileBlock(wf, doc.text, estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS, doc.decode_note or "")
         if block.note:
             prepared.notices.append(f"{wf.name}: {block.note}")
         if budget.reserve("files", block.tokens):
@@ -254,6 +251,29 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
         n = len(prepared.skipped)
         prepared.notices.append(f"{n} file{'s' if n > 1 else ''} exceeded the context budget and "
                                 f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
+
+
+SAMPLE_BYTES = 64 * 1024     # enough of a text file's start to tell its kind (English, Japanese, code...)
+
+
+def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, chunking.Document | None, float]:
+    """A named file's tokens at its own kind's cautious figure, the document if it had to be read
+    for that, and the figure.
+
+    A Japanese or Markdown file holds far more tokens per byte than chat prose: sized at
+    the chat's figure, a file that needs the alert card looked small and was then refused
+    as too long.  Plain text is sized from its size and a sample of its start, so a large
+    file is not read to be measured; HTML, PDF and Word are sized from their extracted text.
+    """
+    kind = chunking.kind_for_path(wf.path)
+    if kind == "html" or documents.format_for_path(wf.path):
+        doc = chunking.read_document(wf.path)     # budget the text, not the markup or the PDF's bytes
+        bpt = svc.calibration.bytes_per_token(model, calibration_kind(doc.kind, doc.text), conservative=True)
+        return estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS, doc, bpt
+    with open(wf.path, "rb") as fh:
+        sample = fh.read(SAMPLE_BYTES).decode("utf-8", errors="ignore")
+    bpt = svc.calibration.bytes_per_token(model, calibration_kind(kind, sample), conservative=True)
+    return math.ceil(wf.size / bpt) + FILE_BLOCK_TOKENS, None, bpt
 
 
 def _refuse_unreadable(wf: WorkspaceFile) -> None:
@@ -304,14 +324,6 @@ def error_view(kind: str, detail: str) -> dict:
     """
     title, help = ERROR_TEXTS.get(kind, ("Ollama returned an error", "Try again; check the Ollama log if it repeats."))
     return {"title": title, "detail": detail, "help": help}
-
-
-def match_model(name: str | None, installed: list[str]) -> str | None:
-    """An installed model for a name read from a session file (maybe only a cue)."""
-    if not name or name in installed:
-        return name
-    same_cue = [m for m in installed if fountain.model_cue(m) == fountain.model_cue(name)]
-    return same_cue[0] if len(same_cue) == 1 else name
 
 
 def reply_notes(status: str, error: OllamaError | None) -> list[str]:

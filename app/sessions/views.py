@@ -143,7 +143,7 @@ def scene_views(session: Session) -> list[SceneView]:
 
 def _cited_answers(session: Session) -> dict:
     """(scene number, answer text) -> the citation links of each turn whose analysis recorded passages."""
-    from ..analysis.views import citation_links
+    from ..chat.fragments import citation_links
 
     found = {}
     for index, turn in enumerate(session.turns):
@@ -204,7 +204,7 @@ def delete(name: str):
     """Move the file to the trash, from which the list restores it."""
     _session(name)
     svc = services()
-    if svc.replies.running(name) or (svc.jobs and svc.jobs.busy(name)):
+    if svc.activities.working(name):
         abort(409, description="This session is busy (a reply or an analysis is running); try again when it ends.")
     try:
         svc.store.delete(name)

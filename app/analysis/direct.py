@@ -1,0 +1,35 @@
+"""``/read-chunks FILE``: an analysis asked for from the file list, not by a message.
+
+A use case like the chat's: under the session's lock, a card waiting for its
+instruction is answered "no" (as a new message would), the session must be free,
+and the new turn and its card are written as one change.
+"""
+
+from __future__ import annotations
+
+from ..chat.prepare import now
+from ..chat.status import session_model, status_for
+from ..sessions import fountain
+from .job import Job
+
+
+def read_chunks(svc, name: str, file: str) -> Job:
+    """Propose the chunked analysis of ``file`` as a new turn of session ``name``; its card asks next."""
+    with svc.store.lock(name):
+        pending = svc.jobs.open_for(name)
+        if pending is not None and pending.state == "proposed":
+            svc.jobs.decline(pending)
+        svc.activities.check_free(name)
+        session = svc.store.load(name)
+        model = session_model(svc, session)
+        turn = fountain.Turn(when=now(), user_text=f"/read-chunks {file}", model=model)
+        remaining = status_for(svc, session, model)["remaining"] or 0
+        job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining,
+                               turn_text=turn.user_text)
+        turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."
+        try:
+            svc.store.append_turn(name, turn)
+        except BaseException:
+            svc.jobs.discard(job)
+            raise
+    return job

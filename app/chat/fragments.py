@@ -1,0 +1,176 @@
+"""The HTML of turns: what the chat page, a streamed final event and an analysis card show.
+
+Shared by the chat and analysis views (neither imports the other): a turn's
+recorded notes are read back into a ``TurnView``, the session's activity and
+open analyses are laid over it, and ``turn_fragment`` renders one turn with the
+send button and status line refreshed out of band.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from flask import render_template, url_for
+from markupsafe import Markup
+
+from ..analysis.job import SETTLED
+from ..render import markdown
+from ..services import services
+from ..sessions import fountain, notes
+from ..sessions.store import Session
+from . import prepare
+from .status import installed, match_model, session_model, status_for
+
+
+@dataclass
+class TurnView:
+    """What the turn partial needs to show one turn."""
+
+    index: int
+    user_text: str
+    model_name: str = ""
+    model: str = ""
+    reply_html: Markup | None = None
+    harvey_text: str = ""
+    stats: str = ""
+    stopped: bool = False
+    error: dict | None = None
+    partial_kept: bool = False
+    notices: list[str] = field(default_factory=list)
+    streaming: bool = False
+    activity: str = ""          # the id of the reply streaming into this turn (its Stop names it)
+    alert: object = None
+    analysis: object = None
+    offers: list[str] = field(default_factory=list)
+    interrupted: str = ""       # why the reply was cut off (shutdown or crash): show what was saved + Re-send
+    partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
+    files: list = field(default_factory=list)       # (name, tokens) the message included
+    partials_job: object = None
+
+
+def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
+    """For ``render.markdown``: where each chunk cited in turn ``index``'s answer opens.
+
+    None (no links at all) unless the turn's analysis recorded passages; a number
+    without a passage gets None and stays plain text.
+    """
+    if not session or analysis is None or not analysis.passages:
+        return None
+    chunks = set(analysis.passages)
+    return lambda n: url_for("analysis.passage", name=session, turn=index, chunk=n) if n in chunks else None
+
+
+def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[str] = (),
+              session: str = "") -> TurnView:
+    """Read a recorded turn's notes back into what the page shows.
+
+    With the ``session`` name, an analysis answer's citations link to their passages.
+    """
+    model_name = match_model(turn.model, list(models)) or default_model
+    view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
+                    stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis)
+    if turn.reply is not None:
+        view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
+    read = notes.read(turn.notes)
+    view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
+    if read.error:
+        view.error = prepare.error_view(*read.error)
+        view.partial_kept = bool(turn.reply)
+    view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read) else "")
+    return view
+
+
+NEVER_FINISHED = "the server stopped before the reply was finished"
+
+
+def _never_finished(turn: fountain.Turn, read: notes.Read) -> bool:
+    """A message recorded before this server started, with no reply and no note: a crash cut it off.
+
+    (A turn recorded since then with no reply yet is still being prepared or answered.)
+    """
+    if not turn.user_text or turn.reply is not None or turn.harvey or turn.analysis is not None:
+        return False
+    if read.error or read.stopped or read.declined or read.compacted is not None or turn.when is None:
+        return False
+    try:
+        return turn.when < services().started_at
+    except (TypeError, RuntimeError):      # an aware timestamp from an import; no app context
+        return False
+
+
+_ALERT_PROMPT = re.compile(r"\s*Enter instructions to process each chunk.*\Z", re.S)
+
+
+def answered_alert(harvey: str) -> str:
+    """HARVEY's overflow alert without its question: shown only once the card is answered."""
+    return _ALERT_PROMPT.sub("", harvey)
+
+
+def views_of(session: Session, default_model: str, start: int = 0, stop: int | None = None) -> list[TurnView]:
+    """Views of turns ``start`` to ``stop`` only: nothing else is rendered (a long session stays cheap)."""
+    svc = services()
+    models, _ = installed(svc)
+    turns = session.turns
+    stop = len(turns) if stop is None else min(stop, len(turns))
+    views = [turn_view(i, turns[i], default_model, models, session.name) for i in range(max(0, start), stop)]
+    by_index = {view.index: view for view in views}
+    holder = svc.activities.holder(session.name)
+    if holder is not None and holder.kind == "reply" and holder.turn in by_index:
+        view = by_index[holder.turn]
+        view.streaming, view.reply_html, view.activity = True, None, holder.id
+    jobs = [*svc.jobs.for_session(session.name), *svc.jobs.settled_for(session.name)] if svc.jobs else []
+    for job in jobs:
+        view = by_index.get(job.turn)
+        if view is not None and job.state not in SETTLED:
+            view.alert, view.harvey_text = job, ""
+        elif view is not None and view.analysis is not None and job.results:
+            view.partials_job = job          # the partial answers stay openable after the job
+            view.partials = [r for _, r in sorted(svc.jobs.results_of(job).items()) if r.index < job.total]
+    return views
+
+
+def recent(limit: int = 8) -> list[dict]:
+    """The newest sessions from the list's index (no session file is parsed for this)."""
+    try:
+        entries = services().store.index().entries()[:limit]
+    except OSError:
+        return []
+    return [{"name": e.name, "title": e.title, "when": e.date, "preview": e.preview} for e in entries]
+
+
+def busy_kind(svc, name: str) -> str:
+    """Why Send is off: "reply", "compact", "analysis" (one is running), or ""."""
+    return svc.activities.working(name)      # a card waiting for its instruction: a new message answers it
+
+
+def page_context(session: Session, **extra) -> dict:
+    """What every chat template needs: models, the model in use, busy state, the status line."""
+    svc = services()
+    models, problem = installed(svc)
+    model = extra.pop("model", None) or session_model(svc, session, models)
+    status = status_for(svc, session, model)
+    if problem and not status["problem"]:
+        status["problem"] = problem          # the model's facts are cached; the server being down is not
+    return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
+            "busy": busy_kind(svc, session.name), "max_message_chars": svc.config.server.max_message_kb * 1024,
+            "status": status, **extra}
+
+
+def fragment(session: Session, view: TurnView, model: str) -> str:
+    """The turn, plus the send button and status line swapped out-of-band."""
+    ctx = page_context(session, model=model)
+    html = render_template("chat/_turn.html", view=view, **ctx)
+    html += render_template("chat/_send_button.html", busy=ctx["busy"], oob=True)
+    html += render_template("chat/_status.html", oob=True, **{k: v for k, v in ctx.items() if k != "session"},
+                            session=session)
+    return html
+
+
+def turn_fragment(name: str, index: int) -> str:
+    """One turn as stored (only that turn is rendered), with the send button and status refreshed."""
+    session = services().store.load(name)
+    views = views_of(session, session_model(services(), session), index, index + 1)
+    if not views:
+        return ""
+    return fragment(session, views[0], views[0].model_name)

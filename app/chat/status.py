@@ -1,0 +1,68 @@
+"""What the chat shows about a session's model: which model, its window, the tokens left.
+
+Plain functions of the services and a session (no request, no template), used
+by the chat page, the analysis card's direct start and the use cases.
+"""
+
+from __future__ import annotations
+
+from ..budget import fit_history, new_budget
+from ..errors import ModelError
+from ..routing import match_recorded
+from ..sessions import fountain
+from ..sessions.store import Session
+from . import prepare
+
+
+def installed(svc) -> tuple[list[str], str]:
+    """The installed models and, when the server cannot be asked, why (else "")."""
+    try:
+        return svc.client.list_models(), ""
+    except ModelError as exc:
+        return [], str(exc)
+
+
+def match_model(name: str | None, models: list[str]) -> str | None:
+    """An installed model for a name read from a session file (maybe only its cue)."""
+    return match_recorded(name, models, fountain.model_cue)
+
+
+def recorded_model(session: Session) -> str | None:
+    """The model the session's last turn names, as recorded."""
+    return next((turn.model for turn in reversed(session.turns) if turn.model), None)
+
+
+def session_model(svc, session: Session, models: list[str] | None = None) -> str:
+    """The model of the session's last turn, else the configured default.
+
+    A recorded model that is not installed here (a cloud model of the terminal
+    Harvey, say) gives way to the configured default, or the first installed model.
+    """
+    default = svc.config.ollama.model
+    recorded = recorded_model(session)
+    if recorded is None:
+        return default
+    if models is None:
+        models, _ = installed(svc)
+    model = match_model(recorded, models)
+    if models and model not in models:
+        return default if default in models else models[0]
+    return model
+
+
+def status_for(svc, session: Session, model: str) -> dict:
+    """The status line: model, window, tokens free for the next message, by component."""
+    status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "",
+              "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
+              "samples": svc.calibration.samples(model)}
+    try:
+        facts = svc.client.show(model)
+    except ModelError as exc:
+        status["problem"] = str(exc)
+        return status
+    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
+    fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
+                prepare.history_turns(session.turns))
+    status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
+                  low=budget.low, components=dict(budget.components))
+    return status

@@ -1,0 +1,233 @@
+"""The chat's use cases: send, re-send, regenerate, compact and stop.
+
+Each takes explicit arguments (no request object) and returns what happened
+(an ``Outcome``); the views render it.  Each is one change of the session: the
+session's lock is held from the busy check to the turn's write and the start of
+its model work, which takes the session's activity (``work.Activities``) until
+the result is recorded.  So two devices sending at once get one turn each, in
+order, or a clear "busy": never a lost, doubled or unanswered message.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from markupsafe import escape
+
+from ..errors import HarveyError, ModelError
+from ..modelserver import Cancelled
+from ..render import stable_end, streaming
+from ..routing import split_mention
+from ..sessions import fountain, names, notes
+from ..sessions.store import Session
+from . import prepare, replies
+from .replies import Generation
+from .status import session_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """What a use case did to the session, for the view to show."""
+
+    session: Session
+    index: int = -1                  # the turn written (or answered)
+    turn: fountain.Turn | None = None
+    model: str = ""
+    reply: Generation | None = None  # the reply now streaming
+    job: object = None               # the analysis card the turn shows
+    error: tuple[str, str] | None = None    # (kind, detail) of the error card
+    declined: bool = False           # the message was "no" to the card on turn ``index``
+    renamed: bool = False            # the session was named after this first message
+
+
+# -- sending ---------------------------------------------------------------------------
+
+def send(svc, name: str, text: str, model: str | None = None, edit_of: int | None = None) -> Outcome:
+    """Record a message and start its reply (or answer with a card).
+
+    A card waiting for its instruction is answered "no" by a new message (and a
+    message that is just "no" ends there).  ``edit_of``: the message edits turn
+    ``edit_of`` (the last one): it replaces that turn in the model's history.
+    """
+    with svc.store.lock(name):
+        pending = svc.jobs.open_for(name)
+        if pending is not None and pending.state == "proposed":
+            svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
+            if text.strip().lower() == "no":
+                return Outcome(svc.store.load(name), pending.turn, declined=True)
+        svc.activities.check_free(name)
+        untitled = svc.store.load(name)
+        session = _title_from_first(svc, untitled, text)
+        retry = notes.retry(edited=True) if _edits_last(session, edit_of) else None
+        outcome = _send_locked(svc, session, text, model, retry)
+    outcome.renamed = session.title != untitled.title
+    return outcome
+
+
+def resend(svc, name: str, turn: int, model: str | None = None) -> Outcome | None:
+    """Send a failed or interrupted last message again, replacing that turn; None when that turn
+    is not such a message (the caller sends the form's message as a new turn instead)."""
+    with svc.store.lock(name):
+        svc.activities.check_free(name)
+        session = svc.store.load(name)
+        failed = session.turns[turn] if 0 <= turn < len(session.turns) else None
+        read = notes.read(failed.notes) if failed is not None else None
+        unanswered = failed is not None and (read.error or read.interrupted or failed.reply is None)
+        if failed is None or turn != len(session.turns) - 1 or not unanswered or failed.harvey:
+            return None
+        svc.store.drop_last_turn(name, turn, expect=failed.user_text)
+        return _send_locked(svc, svc.store.load(name), failed.user_text, model)
+
+
+def regenerate(svc, name: str, turn: int, model: str | None = None) -> Outcome:
+    """Ask the last message again (with ``model``): a new turn that replaces it in the history."""
+    from ..errors import Conflict
+
+    with svc.store.lock(name):
+        svc.activities.check_free(name)
+        session = svc.store.load(name)
+        if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
+            raise Conflict("Only the last reply can be regenerated; this one is no longer the last.")
+        return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False))
+
+
+def _edits_last(session: Session, index: int | None) -> bool:
+    return index is not None and index == len(session.turns) - 1 and bool(session.turns[index].user_text)
+
+
+def _title_from_first(svc, session: Session, text: str) -> Session:
+    """A new session is named after its first message (no model call), unless renamed already."""
+    if session.turns or session.title != names.DEFAULT_TITLE:
+        return session
+    title = names.title_from_message(text)
+    return svc.store.rename(session.name, title) if title else session
+
+
+def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None) -> Outcome:
+    """Under the session's lock: route, budget, then record the turn once and start its work."""
+    name = session.name
+    model = model or session_model(svc, session)
+    turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
+    if retry_note:
+        turn.notes.append(retry_note)
+    index = len(session.turns)
+    try:
+        mentioned, rest = split_mention(text, svc.client.list_models())
+        if mentioned and mentioned != model:
+            turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
+        turn.model = model = mentioned or model
+        prepared = prepare.prepare(svc, session.turns, rest, model, retrying=retry_note is not None)
+    except (ModelError, HarveyError) as exc:
+        return _refused(svc, name, turn, exc)
+    turn.notes.extend(notes.notice(n) for n in prepared.notices)
+    if prepared.files:
+        turn.notes.append(notes.included([(f.file.name, f.tokens) for f in prepared.files]))
+    if prepared.skipped:
+        turn.notes.append(notes.offer_chunks(prepared.skipped))
+    if prepared.overflow:
+        job = svc.jobs.overflow(name, index, turn, prepared)     # takes the session for the card
+        session, index = svc.store.append_turn(name, turn)
+        return Outcome(session, index, turn, model, job=job)
+    gen = Generation(svc.activities.new_id(), name, index, model)
+    svc.activities.begin(name, "reply", index, gen)
+    try:
+        session, index = svc.store.append_turn(name, turn)
+    except BaseException:
+        svc.activities.end(gen)
+        raise
+    _start_reply(svc, gen, turn, prepared)
+    return Outcome(session, index, turn, model, reply=gen)
+
+
+def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
+    """Record the message with an error note: the card says why, and the message is kept."""
+    turn.notes.append(notes.error(exc.kind, str(exc)))
+    session, index = svc.store.append_turn(name, turn)
+    log.info("message in %s not sent: %s", name, exc.kind)
+    return Outcome(session, index, turn, turn.model, error=(exc.kind, str(exc)))
+
+
+def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared) -> None:
+    """Generate in the background; write the reply into the turn when it ends."""
+    rendered_to = [0]
+
+    def on_piece(gen: Generation, piece: str) -> None:
+        gen.events.append("piece", str(escape(piece)))
+        if "\n" in piece:                  # Markdown as it streams: at each block that completes
+            text = gen.text
+            if (end := stable_end(text)) > rendered_to[0]:
+                rendered_to[0] = end
+                gen.events.append("rendered", str(streaming(text, f"reply-text-{gen.turn}")))
+
+    def record(gen: Generation) -> None:
+        if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
+            done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
+        else:
+            done_notes = prepare.reply_notes(gen.status, gen.error)
+        if gen.warning:
+            done_notes.append(notes.notice(gen.warning))
+        done = prepare.finished_turn(turn, gen.text, gen.usage, svc.store.backend, gen.model, done_notes)
+        try:
+            svc.store.replace_turn(gen.session, gen.turn, done, expect=turn.user_text)
+        except HarveyError:
+            log.exception("the reply of turn %d in %s could not be recorded", gen.turn + 1, gen.session)
+
+    request = prepared.request()
+    svc.worker.run(gen, lambda: replies.run(svc.calls, gen, request, on_piece, record), name=f"reply-{gen.session}")
+
+
+# -- compact -------------------------------------------------------------------------------
+
+def compact(svc, name: str, model: str | None = None) -> Generation | None:
+    """Summarise the older turns into one note, in the background like a reply (None: nothing to do).
+
+    The session is busy meanwhile (a second Compact, or a message, is refused) and
+    Stop ends it; the note is written only if the summary was made: a stopped or
+    failed compact changes nothing.
+    """
+    with svc.store.lock(name):
+        svc.activities.check_free(name)
+        session = svc.store.load(name)
+        model = model or session_model(svc, session)
+        planned = prepare.compact_request(svc, session.turns, model)
+        if planned is None:
+            return None
+        gen = Generation(svc.activities.new_id(), name, len(session.turns), model, kind="compact")
+        svc.activities.begin(name, "compact", gen.turn, gen)
+    request, summarised, left_out = planned
+    svc.worker.run(gen, lambda: _run_compact(svc, gen, request, summarised, left_out), name=f"compact-{name}")
+    return gen
+
+
+def _run_compact(svc, gen: Generation, request, summarised: int, left_out: int) -> None:
+    """Make the summary and append the note; a stop or an error leaves the session as it was."""
+    try:
+        summary, gen.usage = svc.calls.text(gen, request)
+    except Cancelled:
+        gen.status = "interrupted" if gen.interrupted else "stopped"
+        return
+    except ModelError as exc:
+        gen.status, gen.error = ("stopped", None) if gen.stopped else ("error", exc)
+        log.warning("compact of %s failed: %s", gen.session, exc)
+        return
+    note = prepare.compact_note(summary, gen.model, summarised, left_out)
+    try:
+        svc.store.append_turn(gen.session, note)
+        gen.status = "done"
+    except HarveyError as exc:
+        gen.status, gen.error = "error", exc
+        log.exception("the compact note of %s could not be recorded", gen.session)
+
+
+# -- stop ---------------------------------------------------------------------------------------
+
+def stop(svc, name: str, activity_id: str) -> bool:
+    """Stop the reply or compact named ``activity_id``; False (nothing done) when it is not the one
+    running now: a stale page's Stop never stops another device's newer reply."""
+    holder = svc.activities.holder(name)
+    if holder is None or holder.kind == "analysis":
+        return False              # an analysis is stopped with its card's Cancel
+    return svc.activities.stop(name, activity_id)

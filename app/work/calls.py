@@ -1,0 +1,84 @@
+"""One model call, made the same way for a reply, a compact and an analysis.
+
+Before anything is sent, the request is checked against the model's window:
+the prompt's estimate plus what the call may generate must fit, so no server
+ever cuts the start of a prompt to make room for a long answer (Ollama's
+context shift does that silently).  The call is attached to its activity, so a
+Stop cancels it at any stage; when it ends, the calibration learns from the
+server's own counts and the usage is handed back in neutral terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..budget import Calibration, estimate_messages
+from ..modelserver import Cancelled, ChatStream, ContextExceeded, ModelServer, Usage
+from .activity import Activity
+
+MIN_REPLY_TOKENS = 16      # a reply that cannot have even this much room is refused, not started
+
+
+@dataclass
+class Request:
+    """One chat request as the app budgets it."""
+
+    model: str
+    messages: list[dict]
+    window: int                 # num_ctx: the same for every request to this model
+    num_predict: int            # the most the reply may generate
+    bytes_per_token: float      # the figure the prompt is estimated with
+    kind: str | None = None     # the calibration kind of the prompt's text (None: chat)
+    format: dict | str | None = None
+    tokens: int | None = None   # the prompt's estimate when the caller knows better (files of their own kind)
+
+    @property
+    def estimate(self) -> int:
+        return self.tokens if self.tokens is not None else estimate_messages(self.messages, self.bytes_per_token)
+
+
+class ModelCalls:
+    """Opens, checks and accounts for model calls; shared by every kind of model work."""
+
+    def __init__(self, server: ModelServer, calibration: Calibration):
+        self.server = server
+        self.calibration = calibration
+
+    def open(self, activity: Activity, request: Request, fit_reply: bool = False) -> ChatStream:
+        """A stream for ``request``, attached to ``activity`` (nothing is sent until it is read).
+
+        ``fit_reply``: the reply's cap is lowered to what the window leaves (a chat reply
+        may use whatever the budget left); otherwise a request that does not fit with its
+        whole cap is refused (a map call's chunk must then be cut smaller instead).
+        """
+        room = request.window - request.estimate
+        if fit_reply:
+            request.num_predict = min(request.num_predict, room)
+        if request.num_predict < MIN_REPLY_TOKENS or request.estimate + request.num_predict > request.window:
+            raise ContextExceeded(
+                f"A request of about {request.estimate:,} tokens plus {max(0, request.num_predict):,} for the "
+                f"reply would exceed the window of {request.window:,} tokens; nothing was sent.")
+        stream = self.server.chat(request.model, request.messages, num_ctx=request.window,
+                                  num_predict=request.num_predict, format=request.format)
+        activity.attach(stream)
+        return stream
+
+    def close(self, activity: Activity, stream: ChatStream, request: Request) -> str:
+        """Detach the ended call and learn from its counts; returns a calibration warning or ""."""
+        activity.detach(stream)
+        if stream.usage is None:
+            return ""
+        return self.calibration.observe(request.model, request.messages, stream.usage, kind=request.kind,
+                                        num_predict=request.num_predict) or ""
+
+    def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
+        """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop."""
+        stream = self.open(activity, request)
+        try:
+            text = "".join(stream)
+        finally:
+            activity.detach(stream)
+        if stream.cancelled:
+            raise Cancelled("The call was stopped.")
+        self.close(activity, stream, request)
+        return text.strip(), stream.usage
