@@ -1,1 +1,3 @@
-"""Chat: prepare a turn (``prepare``), generate its reply in the background (``replies``), the page (``views``)."""
+"""Chat: the use cases (``turns``: send, re-send, regenerate, compact, stop), a turn's budget and
+request (``prepare``), the reply read in the background (``replies``), what the status line says
+(``status``), the HTML of turns (``fragments``) and the page (``views``)."""

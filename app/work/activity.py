@@ -39,12 +39,16 @@ BUSY_TEXT = {
 }
 
 
+WAITING_TEXT = ("An analysis card in this session is waiting for its instruction: start it or answer \"no\" "
+                "first. Your message is still in the box.")
+
+
 class SessionBusy(Busy):
     """The session's activity is held; ``holding`` says by what ("reply", "compact", "analysis")."""
 
-    def __init__(self, holding: str):
+    def __init__(self, holding: str, waiting: bool = False):
         self.holding = holding
-        super().__init__(BUSY_TEXT[holding])
+        super().__init__(WAITING_TEXT if waiting else BUSY_TEXT[holding])
 
 
 class Cancellable(Protocol):
@@ -148,7 +152,7 @@ class Activities:
         with self._lock:
             holder = self._holding.get(session)
             if holder is not None:
-                raise SessionBusy(holder.kind)
+                raise SessionBusy(holder.kind, holder.waiting)
             activity = activity or Activity(self.new_id(), session, kind, turn)
             self._holding[session] = activity
             closing = self._closing
@@ -176,7 +180,7 @@ class Activities:
         """SessionBusy when anything holds ``session`` (a use case's first step, under the session lock)."""
         holder = self.holder(session)
         if holder is not None:
-            raise SessionBusy(holder.kind)
+            raise SessionBusy(holder.kind, holder.waiting)
 
     def working(self, session: str) -> str:
         """Like ``busy``, but "" for an activity waiting on the user (its card answers a new message)."""
