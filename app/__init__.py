@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 (the package's version)
 
 ROOT = Path(__file__).resolve().parent.parent
 

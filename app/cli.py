@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(config: Config, args) -> int:
     """Serve the app; with --demo, fall back to the bundled model."""
     from . import create_app
-    from .ollama import OllamaClient
+    from .modelserver import connect
 
     server_cfg = dataclasses.replace(config.server, host=args.host or config.server.host,
                                      port=args.port if args.port is not None else config.server.port)
     config = dataclasses.replace(config, server=server_cfg)
     demo = None
-    if not OllamaClient(config.ollama.url, connect_timeout=1.0).is_up():
+    if not connect(config, connect_timeout=1.0).is_up():
         if args.demo:
             demo, config = _start_demo(config)
             if demo is None:
@@ -207,32 +207,33 @@ def _urls(host: str, port: int) -> str:
 
 
 def _version() -> str:
-    from . import __version__
+    from .version import __version__
     return __version__
 
 
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what Ollama has, and what is wrong."""
     from .budget import context_window
-    from .ollama import OllamaClient, OllamaError
+    from .errors import ModelError
+    from .modelserver import connect
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
-    client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s, read_timeout=30)
+    client = connect(config, read_timeout=30)
     problems = []
     try:
-        models = client.list_models()
-    except OllamaError as exc:
+        models = client.models()
+    except ModelError as exc:
         print(f"problem: {exc}")
         return 1
     for name in models:
         try:
-            facts = client.show(name)
+            facts = client.facts(name)
             trained = facts.context_length
             window = context_window(config, name, trained)
             marker = "*" if name == config.ollama.model else " "
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")
-        except OllamaError as exc:
+        except ModelError as exc:
             problems.append(f"{name}: {exc}")
     if config.ollama.model not in models:
         problems.append(f"the configured model '{config.ollama.model}' is not installed: "

@@ -15,13 +15,13 @@ from flask import current_app
 
 from .budget import Calibration
 from .config import Config
-from .ollama import OllamaClient
+from .modelserver import ModelServer, connect
 
 
 @dataclass
 class Services:
     config: Config
-    client: OllamaClient
+    models: ModelServer              # the model server (app.modelserver), the one way to it
     calibration: Calibration
     store: "SessionStore"
     activities: "Activities"          # the one owner of each session's model work
@@ -42,14 +42,13 @@ class Services:
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-        client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s,
-                              read_timeout=config.ollama.timeout_s, keep_alive=config.ollama.keep_alive)
+        models = connect(config)
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
         store = SessionStore(config.sessions_path, user_name=config.user_name,
                              workspace=str(config.workspace_path))
         activities = Activities()
-        svc = cls(config=config, client=client, calibration=calibration, store=store, activities=activities,
-                  worker=Worker(activities), calls=ModelCalls(client, calibration))
+        svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
+                  worker=Worker(activities), calls=ModelCalls(models, calibration))
         svc.jobs = JobRunner(svc)
         return svc
 

@@ -85,7 +85,7 @@ def run(size: int) -> dict:
             workspace.mkdir(parents=True, exist_ok=True)
             (workspace / "topics.md").write_text(text)
             calls: list = []
-            record_calls(live.services.client, calls)
+            record_calls(live.services.models, calls)
             name = live.open_session()
             card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
             job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)

@@ -114,7 +114,7 @@ def one_run(document: str, latency: float, nodelay: bool = True) -> dict:
         live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
         job = live.services.jobs.open_for(name)
         assert job is not None and job.chunks == CHUNKS, (job and job.chunks)
-        spans = time_client_calls(live.services.client)
+        spans = time_client_calls(live.services.models)
         spent = time_methods(live.services)
         before = len(server.chats())
         t0 = time.monotonic()

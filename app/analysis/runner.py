@@ -286,7 +286,7 @@ class JobRunner:
         if mention is None:
             return default, text
         try:
-            return routing.resolve(mention, self.svc.client.list_models()), text
+            return routing.resolve(mention, self.svc.models.models()), text
         except routing.UnknownModel as exc:
             raise JobError(f"{exc} Install it with: ollama pull {mention}") from None
 

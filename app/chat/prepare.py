@@ -17,7 +17,8 @@ from pathlib import Path
 from .. import chunking, documents, routing
 from ..errors import Refused
 from ..budget import Budget, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
-from ..ollama import ChatFinal, OllamaError
+from ..errors import ModelError
+from ..modelserver import Usage
 from ..sessions import fountain, notes
 from ..work.calls import Request
 from ..workspace import Workspace, WorkspaceFile
@@ -157,7 +158,7 @@ def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) 
     older = history[:-keep] if keep else history
     if not older:
         return None
-    facts = svc.client.show(model)
+    facts = svc.models.facts(model)
     budget = new_budget(svc.config, model, facts.context_length, svc.calibration.bytes_per_token(model))
     budget.components["reply"] = COMPACT_REPLY_TOKENS
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
@@ -180,7 +181,7 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: boo
     ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
     out of the history."""
     config = svc.config
-    facts = svc.client.show(model)
+    facts = svc.models.facts(model)
     budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
@@ -326,7 +327,7 @@ def error_view(kind: str, detail: str) -> dict:
     return {"title": title, "detail": detail, "help": help}
 
 
-def reply_notes(status: str, error: OllamaError | None) -> list[str]:
+def reply_notes(status: str, error: ModelError | None) -> list[str]:
     """Session-file notes for a reply that did not end normally."""
     if status == "stopped":
         return [notes.stopped()]
@@ -335,14 +336,14 @@ def reply_notes(status: str, error: OllamaError | None) -> list[str]:
     return []
 
 
-def finished_turn(base: fountain.Turn, text: str, final: ChatFinal | None, backend: str, model: str,
+def finished_turn(base: fountain.Turn, text: str, usage: Usage | None, backend: str, model: str,
                   extra_notes: list[str]) -> fountain.Turn:
     """The turn with its reply, stats line and notes, ready to record."""
     stats = None
-    if final is not None:
-        stats = fountain.stats_line(model, backend, final.eval_count or 0, final.prompt_eval_count or 0,
-                                    final.seconds)
-    reply = text if (text or final is not None) else None
+    if usage is not None:
+        stats = fountain.stats_line(model, backend, usage.generated_tokens or 0, usage.prompt_tokens or 0,
+                                    usage.seconds)
+    reply = text if (text or usage is not None) else None
     return fountain.Turn(when=base.when, user_text=base.user_text, model=model, reply=reply, stats=stats,
                          notes=[*base.notes, *extra_notes])
 

@@ -17,7 +17,7 @@ from . import prepare
 def installed(svc) -> tuple[list[str], str]:
     """The installed models and, when the server cannot be asked, why (else "")."""
     try:
-        return svc.client.list_models(), ""
+        return svc.models.models(), ""
     except ModelError as exc:
         return [], str(exc)
 
@@ -56,7 +56,7 @@ def status_for(svc, session: Session, model: str) -> dict:
               "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
               "samples": svc.calibration.samples(model)}
     try:
-        facts = svc.client.show(model)
+        facts = svc.models.facts(model)
     except ModelError as exc:
         status["problem"] = str(exc)
         return status

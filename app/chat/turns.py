@@ -115,7 +115,7 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         turn.notes.append(retry_note)
     index = len(session.turns)
     try:
-        mentioned, rest = split_mention(text, svc.client.list_models())
+        mentioned, rest = split_mention(text, svc.models.models())
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
