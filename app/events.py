@@ -234,16 +234,16 @@ def gate_for(svc) -> StreamGate:
     return gate
 
 
-def last_event_id(headers, args, key: str = "") -> int:
-    """The position in the log ``key`` a reconnecting client already has (0: none of it).
+def last_event_id(headers, args, key: str = "") -> int | None:
+    """The position in the log ``key`` a reconnecting client already has: 0 for a new client,
+    None for an id of another log (or of this job before a restart), whose position means
+    nothing here: the caller shows the card as it is now instead of skipping events.
 
-    The header's id is "<key>-<n>": one of another log (or of this job before a restart)
-    counts as nothing, so the client gets the log from its start instead of skipping its
-    first n events.  ``?after=n`` (for tests) is a bare position.
+    The header's id is "<key>-<n>"; ``?after=n`` (for tests) is a bare position.
     """
     header = (headers.get("Last-Event-ID") or "").strip()
     if header:
         got, _, number = header.rpartition("-")
-        return int(number) if got == key and number.isdigit() else 0
+        return int(number) if got == key and number.isdigit() else None
     raw = args.get("after") or "0"
     return max(0, int(raw)) if raw.isdigit() else 0

@@ -16,7 +16,7 @@ def wait_reply(live, name, timeout=10):
     """Until the reply is recorded in the session file (not just finished), within ``timeout``."""
     gen = live.services.activities.last(name)
     if gen is not None:
-        assert gen.wait_recorded(timeout), f"the reply in {name} was not recorded within {timeout} s"
+        assert gen.wait_ended(timeout), f"the reply in {name} was not recorded within {timeout} s"
     return gen
 
 
@@ -140,8 +140,8 @@ def test_multi_file_note_names_exactly_the_skipped_files(tmp_path, scripted, mak
     config = make_config(tmp_path, scripted.url)
     workspace = Path(config.workspace)
     workspace.mkdir(parents=True)
-    (workspace / "a.md").write_text("alpha " * 3000)        # ~4,500 tokens
-    (workspace / "b.go").write_text("package b\n" * 2000)   # ~5,000 tokens
+    (workspace / "a.md").write_text("alpha " * 2000)        # ~4,400 tokens at Markdown's cautious figure
+    (workspace / "b.go").write_text("package b\n" * 2000)   # ~6,250 tokens at source code's
     (workspace / "c.txt").write_text("small file\n")
     live = make_live(config)
     name = live.open_session()
@@ -230,7 +230,9 @@ def test_compact_summarises_older_turns_and_later_requests_send_the_summary(tmp_
     for i in range(4):
         send(live, name, f"fact number {i}")
     scripted.script = Reply(text="SUMMARY: facts 0 and 1 were stated.")
-    fragment = live.post(f"/s/{name}/compact").text
+    started = live.post(f"/s/{name}/compact").text
+    assert "Summarising the older turns" in started                  # it runs in the background
+    fragment = [d for e, d, _ in live.sse(f"/s/{name}/turns/4/stream") if e == "final"][0]
     assert "SUMMARY: facts 0 and 1" in fragment and "Compacted" in fragment
     summary_request = scripted.chats()[-1].body["messages"]
     assert "fact number 0" in summary_request[-1]["content"] and "fact number 3" not in summary_request[-1]["content"]

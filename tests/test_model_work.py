@@ -118,12 +118,12 @@ def test_a_page_reconnecting_after_a_restart_gets_the_new_reply_from_its_start(t
     assert names[-2:] == ["final", "close"]
 
 
-def test_an_analysis_stream_ignores_an_event_id_of_another_process(tmp_path, scripted, make_live):
+def test_an_event_id_of_another_process_counts_as_no_position():
     from app.events import last_event_id
 
     assert last_event_id({"Last-Event-ID": "abc123job-7"}, {}, "abc123job") == 7
-    assert last_event_id({"Last-Event-ID": "zzz999job-7"}, {}, "abc123job") == 0
-    assert last_event_id({"Last-Event-ID": "7"}, {}, "abc123job") == 0
+    assert last_event_id({"Last-Event-ID": "zzz999job-7"}, {}, "abc123job") is None   # another process's
+    assert last_event_id({"Last-Event-ID": "7"}, {}, "abc123job") is None
     assert last_event_id({}, {"after": "4"}, "abc123job") == 4
 
 

@@ -45,7 +45,7 @@ def wait_reply(live, name, timeout=90):
     """Until the real model's reply is recorded in the session file, within ``timeout``."""
     gen = live.services.activities.last(name)
     assert gen is not None, "no reply was started"
-    assert gen.wait_recorded(timeout), "the real model did not finish (and the reply was not recorded) in time"
+    assert gen.wait_ended(timeout), "the real model did not finish (and the reply was not recorded) in time"
     return gen
 
 

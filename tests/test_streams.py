@@ -292,7 +292,8 @@ def test_the_analysis_stream_ends_itself_and_the_replay_misses_no_partial(tmp_pa
     assert len(partials) == job.total, "every chunk's partial answer arrived exactly once"
     numbers = [int(re.search(r"Chunk (\d+)/", p).group(1)) for p in partials]
     assert numbers == sorted(set(numbers)) == list(range(1, job.total + 1))
-    progress_ids = [int(e) for conn in connections for n, _, e in conn.events if n in ("progress", "partial")]
+    progress_ids = [int(e.rpartition("-")[2]) for conn in connections for n, _, e in conn.events
+                    if n in ("progress", "partial")]
     assert progress_ids == sorted(set(progress_ids)), "no event replayed twice"
     assert connections[-1].names[-2:] == ["state", "close"]
 

@@ -235,17 +235,17 @@ def test_a_turn_fragment_renders_only_that_turn(live, scripted, monkeypatch):
     name = live.open_session()
     for i in range(30):
         live.services.store.append_turn(name, fountain.Turn(T0, f"q{i}", "tiny:1b", reply=f"**a{i}**"))
-    from app.chat import views
+    from app.chat import fragments
 
     rendered = []
-    real = views.markdown
-    monkeypatch.setattr(views, "markdown", lambda text, **kw: rendered.append(text) or real(text, **kw))
+    real = fragments.markdown
+    monkeypatch.setattr(fragments, "markdown", lambda text, **kw: rendered.append(text) or real(text, **kw))
     html = views_turn_fragment(live, name, 5)
     assert "a5" in html and rendered == ["**a5**"]
 
 
 def views_turn_fragment(live, name, index):
-    from app.chat.views import turn_fragment
+    from app.chat.fragments import turn_fragment
 
     with live.app.test_request_context("/"):
         return turn_fragment(name, index)

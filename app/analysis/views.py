@@ -142,10 +142,10 @@ def events(name: str, job_id: str):
     log_ = runner.log_for(job)
     prefix = log_.key + "-"
     after = last_event_id(request.headers, request.args, log_.key)
-    if job.state in ACTIVE:
+    if job.state in ACTIVE and after is not None:
         after = max(after, runner.run_start(job))       # a resumed job: the earlier runs' events are over
     idle = log_.closed or job.state not in (*ACTIVE, "done", "dropped")
-    if (idle and after >= log_.last_id) or after > log_.last_id:
+    if after is None or (idle and after >= log_.last_id) or after > log_.last_id:
         # Nothing running to follow, or an id from another run of the log (the server restarted):
         # the card as it is now, which opens its own stream if the job runs.
         return _sse(sse_format(Event(log_.last_id, "state", _turn_html(job)), prefix)
