@@ -8,8 +8,8 @@ model, so Ollama never works in a window we did not budget for.
 
 Token counts are estimates: UTF-8 bytes divided by a bytes-per-token figure that
 starts at 4 (seed 000) and is calibrated per model and kind of text (chat, prose,
-Markdown, HTML, source, non-English) from Ollama's own ``prompt_eval_count`` after every
-call (``Calibration``).
+Markdown, HTML, source, non-English) from the server's own prompt token count (``Usage``)
+after every call (``Calibration``).
 
 For chunked analysis (issue 14) it also gives the reply budget of the map calls
 (``map_reply_budget``) and the cost of a planned analysis in calls, tokens and time from the
@@ -25,16 +25,19 @@ import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .config import Config
 from .storage import atomic_write_text
+
+if TYPE_CHECKING:
+    from .modelserver import Usage
 
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
 MIN_BPT, MAX_BPT = 1.0, 8.0
 SAMPLES_KEPT = 15
-# prompt_eval_count this far below the estimate means the server cut the prompt.
+# A server prompt count this far below the estimate means the server cut the prompt.
 TRUNCATION_RATIO = 0.6
 
 
@@ -49,10 +52,10 @@ def estimate_messages(messages: list[dict], bytes_per_token: float) -> int:
                for m in messages)
 
 
-def observed_bpt(messages: list[dict], prompt_eval_count: int | None) -> float | None:
+def observed_bpt(messages: list[dict], prompt_tokens: int | None) -> float | None:
     """The bytes per token one call's server count shows (None: too small to say anything)."""
     size = sum(len((m.get("content") or "").encode()) for m in messages)
-    content_tokens = (prompt_eval_count or 0) - MESSAGE_OVERHEAD_TOKENS * len(messages)
+    content_tokens = (prompt_tokens or 0) - MESSAGE_OVERHEAD_TOKENS * len(messages)
     if size < 200 or content_tokens <= 0:
         return None
     return min(MAX_BPT, max(MIN_BPT, size / content_tokens))
@@ -181,7 +184,7 @@ def calibration_kind(kind: str, text: str) -> str:
 
 
 class Calibration:
-    """Bytes per token per model and kind of text, learned from Ollama's prompt_eval_count.
+    """Bytes per token per model and kind of text, learned from the server's prompt token counts.
 
     Keeps the last few observations per model and kind and uses their median (robust to an
     outlier such as a cached prompt), bounded to a sane range, and persisted to a small JSON
@@ -230,7 +233,7 @@ class Calibration:
         with self._lock:
             return len(self._list(model, kind) or [])
 
-    def observe(self, model: str, messages: list[dict], final, kind: str | None = None,
+    def observe(self, model: str, messages: list[dict], usage: "Usage | None", kind: str | None = None,
                 num_predict: int | None = None) -> str | None:
         """Learn from one finished call (bytes per token, speed, reply length) and save once.
 
@@ -239,33 +242,33 @@ class Calibration:
         to learn how much of it replies use.  Returns a warning when the counts show the
         server cut the prompt.
         """
-        if final is None:
+        if usage is None:
             return None
-        warning = self._learn_size(model, messages, final.prompt_eval_count, kind)
-        self._learn_speed(model, final)
-        if num_predict and getattr(final, "eval_count", None):
-            share = min(1.0, final.eval_count / num_predict)
+        warning = self._learn_size(model, messages, usage.prompt_tokens, kind)
+        self._learn_speed(model, usage)
+        if num_predict and usage.generated_tokens:
+            share = min(1.0, usage.generated_tokens / num_predict)
             with self._lock:
                 old = self._reply_share.get(model)
                 self._reply_share[model] = share if old is None else 0.7 * old + 0.3 * share
         self._save()
         return warning
 
-    def _learn_size(self, model: str, messages: list[dict], prompt_eval_count: int | None,
+    def _learn_size(self, model: str, messages: list[dict], prompt_tokens: int | None,
                     kind: str | None = None) -> str | None:
         """One bytes-per-token sample, unless the call was too small or cut."""
-        if not prompt_eval_count:
+        if not prompt_tokens:
             return None
         # the kind's own figure if learned, else the chat one unscaled: a conservative prior
         # must not make a sparse text look cut
         check_bpt = (self.bytes_per_token(model, kind) if self.samples(model, kind)
                      else self.bytes_per_token(model))
         estimate = estimate_messages(messages, check_bpt)
-        if estimate >= 256 and prompt_eval_count < TRUNCATION_RATIO * estimate:
-            return (f"Ollama read only {prompt_eval_count} prompt tokens where about {estimate} were sent: "
+        if estimate >= 256 and prompt_tokens < TRUNCATION_RATIO * estimate:
+            return (f"Ollama read only {prompt_tokens} prompt tokens where about {estimate} were sent: "
                     "the server may have cut the conversation silently (an old Ollama ignores "
                     "truncate: false). Earlier context may be missing from that reply.")
-        observed = observed_bpt(messages, prompt_eval_count)
+        observed = observed_bpt(messages, prompt_tokens)
         if observed is None:
             return None
         with self._lock:
@@ -284,13 +287,12 @@ class Calibration:
         with self._lock:
             return self._reply_share.get(model)
 
-    def _learn_speed(self, model: str, final) -> None:
-        """Keep a smoothed reading speed and writing speed from Ollama's durations."""
-        if not (final and final.prompt_eval_count and final.prompt_eval_duration
-                and final.eval_count and final.eval_duration):
+    def _learn_speed(self, model: str, usage: "Usage") -> None:
+        """Keep a smoothed reading speed and writing speed from the server's own times."""
+        if not (usage.prompt_tokens and usage.prompt_seconds and usage.generated_tokens
+                and usage.generate_seconds):
             return
-        now = (final.prompt_eval_count / (final.prompt_eval_duration / 1e9),
-               final.eval_count / (final.eval_duration / 1e9))
+        now = (usage.prompt_tokens / usage.prompt_seconds, usage.generated_tokens / usage.generate_seconds)
         with self._lock:
             old = self._speed.get(model)
             self._speed[model] = now if old is None else tuple(0.7 * o + 0.3 * n for o, n in zip(old, now))

@@ -55,13 +55,16 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_serve(config: Config, args) -> int:
     """Serve the app; with --demo, fall back to the bundled model."""
     from . import create_app
-    from .ollama import OllamaClient
+    from .modelserver import connect
 
     server_cfg = dataclasses.replace(config.server, host=args.host or config.server.host,
                                      port=args.port if args.port is not None else config.server.port)
     config = dataclasses.replace(config, server=server_cfg)
     demo = None
-    if not OllamaClient(config.ollama.url, connect_timeout=1.0).is_up():
+    probe = connect(config, connect_timeout=1.0)
+    up = probe.is_up()
+    probe.close()
+    if not up:
         if args.demo:
             demo, config = _start_demo(config)
             if demo is None:
@@ -213,25 +216,24 @@ def _version() -> str:
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what Ollama has, and what is wrong."""
     from .budget import context_window
-    from .ollama import OllamaClient, OllamaError
+    from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
-    client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s, read_timeout=30)
+    server = connect(config, read_timeout=30)
     problems = []
     try:
-        models = client.list_models()
-    except OllamaError as exc:
+        models = server.models()
+    except ModelError as exc:
         print(f"problem: {exc}")
         return 1
     for name in models:
         try:
-            facts = client.show(name)
-            trained = facts.context_length
+            trained = server.window(name)
             window = context_window(config, name, trained)
             marker = "*" if name == config.ollama.model else " "
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")
-        except OllamaError as exc:
+        except ModelError as exc:
             problems.append(f"{name}: {exc}")
     if config.ollama.model not in models:
         problems.append(f"the configured model '{config.ollama.model}' is not installed: "

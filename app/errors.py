@@ -14,7 +14,7 @@ job on a transient error and fails it on a lasting one.
     │   └── Busy               409: the session is busy (a reply or an analysis)
     ├── Conflict               409: what the request addressed changed on another device
     ├── DocumentError          400: a file cannot be read as text (binary, undecodable)
-    └── ModelError             502: talking to the model failed (app.ollama's tree)
+    └── ModelError             502: talking to the model failed (app.modelserver's tree)
 """
 
 from __future__ import annotations

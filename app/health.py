@@ -7,7 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 from flask import Blueprint, jsonify
 
 from . import __version__
-from .ollama import OllamaError
+from .modelserver import ModelError
 from .services import services
 
 bp = Blueprint("health", __name__)
@@ -18,13 +18,13 @@ def healthz():
     """Asked fresh on each call, so it recovers by itself when Ollama comes up."""
     svc = services()
     model = svc.config.ollama.model
-    body = {"version": __version__, "ollama": {"url": _without_credentials(svc.client.url), "up": False},
+    body = {"version": __version__, "ollama": {"url": _without_credentials(svc.models.url), "up": False},
             "model": model, "model_installed": False}
     try:
-        installed = svc.client.list_models()
+        installed = svc.models.models()
         body["ollama"]["up"] = True
         body["model_installed"] = model in installed
-    except OllamaError as exc:
+    except ModelError as exc:
         body["ollama"]["error"] = exc.kind
     return jsonify(body)
 

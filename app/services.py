@@ -1,6 +1,6 @@
 """The long-lived parts of the app, made once from the config.
 
-One ``Services`` object per app holds the Ollama client, the session store, the
+One ``Services`` object per app holds the model server (``models``), the session store, the
 calibration, the reply registry and the analysis job runner. Views reach it with
 ``services()``; tests build an app around their own.
 """
@@ -13,13 +13,13 @@ from flask import current_app
 
 from .budget import Calibration
 from .config import Config
-from .ollama import OllamaClient
+from .modelserver import ModelServer, connect
 
 
 @dataclass
 class Services:
     config: Config
-    client: OllamaClient
+    models: ModelServer
     calibration: Calibration
     store: "SessionStore"
     replies: "Replies"
@@ -35,12 +35,11 @@ class Services:
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-        client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s,
-                              read_timeout=config.ollama.timeout_s, keep_alive=config.ollama.keep_alive)
+        models = connect(config)
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
         store = SessionStore(config.sessions_path, user_name=config.user_name,
                              workspace=str(config.workspace_path))
-        svc = cls(config=config, client=client, calibration=calibration, store=store, replies=Replies())
+        svc = cls(config=config, models=models, calibration=calibration, store=store, replies=Replies())
         svc.jobs = JobRunner(svc)
         return svc
 

@@ -51,9 +51,9 @@ def record_calls(client, calls: list) -> None:
 
         def iterate():
             yield from original_iter()
-            final = stream.final
-            calls.append({"seconds": time.monotonic() - started, "prompt": final.prompt_eval_count or 0,
-                          "generated": final.eval_count or 0, "num_ctx": kwargs.get("num_ctx")})
+            usage = stream.usage
+            calls.append({"seconds": time.monotonic() - started, "prompt": usage.prompt_tokens or 0,
+                          "generated": usage.generated_tokens or 0, "num_ctx": kwargs.get("num_ctx")})
         return _Iterable(stream, iterate)
 
     client.chat = chat
@@ -85,7 +85,7 @@ def run(size: int) -> dict:
             workspace.mkdir(parents=True, exist_ok=True)
             (workspace / "topics.md").write_text(text)
             calls: list = []
-            record_calls(live.services.client, calls)
+            record_calls(live.services.models, calls)
             name = live.open_session()
             card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
             job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)

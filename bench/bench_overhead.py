@@ -15,7 +15,7 @@ Measured, in one process, on one monotonic clock:
 * wall: from sending POST /start to reading the SSE ``close`` event.
 * model (server side): per chat request, the scripted server's arrival time to the moment
   the last NDJSON line and the chunked terminator were flushed; summed.
-* model (client side): per ``OllamaClient.chat`` call made by the worker, from the call to
+* model (client side): per ``ModelServer.chat`` call made by the worker, from the call to
   the last line read (includes the app's HTTP client work); summed.
 * overhead per chunk = (wall - model) / 20, with either model figure; share = (wall - model)/wall.
 * worker CPU per chunk: CPU seconds of the analysis worker thread (/proc/self/task/<tid>/schedstat)
@@ -114,7 +114,7 @@ def one_run(document: str, latency: float, nodelay: bool = True) -> dict:
         live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
         job = live.services.jobs.open_for(name)
         assert job is not None and job.chunks == CHUNKS, (job and job.chunks)
-        spans = time_client_calls(live.services.client)
+        spans = time_client_calls(live.services.models)
         spent = time_methods(live.services)
         before = len(server.chats())
         t0 = time.monotonic()

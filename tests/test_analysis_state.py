@@ -314,7 +314,7 @@ def test_double_start_cannot_put_a_running_job_back_to_queued(app):
     stop = threading.Event()
     seen, watcher = watch_states(job, stop)
     scripted.tags_delays = [0.05, 0.8]           # the second tap's model check answers late
-    live.services.client._models = None          # (so both taps ask for the model list)
+    live.services.models.forget_models()          # (so both taps ask for the model list)
     url = f"/s/{name}/analysis/{job.id}/start"
     answers = []
     taps = [threading.Thread(target=lambda: answers.append(live.post(url, data={"instruction": "Summarize. @tiny:1b"})))

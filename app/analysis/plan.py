@@ -26,7 +26,7 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     time and call count come from ``budget.estimate_analysis``.
     """
     config = svc.config
-    window = context_window(config, model, svc.client.show(model).context_length)
+    window = context_window(config, model, svc.models.window(model))
     path = Workspace(config.workspace_path).resolve(file).path
     first = chunking.read_document(path)               # (a PDF's extraction is cached for the second read)
     text_kind = calibration_kind(first.kind, first.text)

@@ -46,7 +46,7 @@ from ..budget import estimate_messages, observed_bpt
 from ..chat import prepare as conversation
 from ..errors import HarveyError
 from ..events import EventLog
-from ..ollama import ChatStream, ContextExceeded, ModelNotFound, OllamaError, OllamaHTTPError
+from ..modelserver import ChatStream, ContextExceeded, FormatRefused, ModelNotFound
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
 from . import mapreduce, plan, record
@@ -67,13 +67,6 @@ KEEP_SETTLED = 8            # settled jobs kept for late event followers; older 
 def repeats(exc: BaseException) -> bool:
     """A refusal that the same request would get again: never retried."""
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
-
-
-def refuses_format(exc: BaseException) -> bool:
-    """The server refused the request's JSON schema (an Ollama older than 0.5: HTTP 400 naming the format)."""
-    text = str(exc).lower()
-    return (isinstance(exc, OllamaHTTPError) and text.startswith("ollama answered http 400")
-            and ("format" in text or "schema" in text))
 
 
 def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
@@ -231,7 +224,7 @@ class JobRunner:
         text = without_directive(instruction)
         if not mentions:
             return default, text
-        installed = self.svc.client.list_models()
+        installed = self.svc.models.models()
         try:
             return conversation.resolve_model(mentions[-1], installed), text
         except conversation.TurnRefused as exc:
@@ -501,9 +494,7 @@ class JobRunner:
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
                                   format=mapreduce.MAP_SCHEMA)
-            except OllamaHTTPError as exc:
-                if not refuses_format(exc):
-                    raise
+            except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
                 self.machine.update(job, format_refused=True)
@@ -531,30 +522,28 @@ class JobRunner:
         if estimate > job.window:
             raise ContextExceeded(f"A request of about {estimate} tokens would exceed the window of "
                                   f"{job.window} tokens.")
-        stream = self.svc.client.chat(job.model, messages, num_ctx=job.window,
-                                      options={"num_predict": num_predict}, format=format)
+        stream = self.svc.models.chat(job.model, messages, num_ctx=job.window, num_predict=num_predict,
+                                      format=format)
         with self._lock:
             self._stream = (job.id, stream)
             late = self._stopped(job)       # a cancel that came while the request was being opened
         if late:
             stream.cancel()
         try:
-            text = "".join(stream)
+            text = "".join(stream)      # a cancel raises Cancelled here
         finally:
             with self._lock:
                 self._stream = None
-        if stream.cancelled:
-            raise OllamaError("cancelled")
-        final = stream.final
-        if final is not None:
+        usage = stream.usage
+        if usage is not None:
             job.model_calls += 1
-            job.prompt_tokens += final.prompt_eval_count or 0
-            job.generated_tokens += final.eval_count or 0
-            job.model_seconds += final.seconds or 0.0
-            measured = observed_bpt(messages, final.prompt_eval_count) if chunk else None
+            job.prompt_tokens += usage.prompt_tokens or 0
+            job.generated_tokens += usage.generated_tokens or 0
+            job.model_seconds += usage.seconds or 0.0
+            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             if measured:
                 job.measured_bpt = min(job.measured_bpt or measured, measured)
-        self.svc.calibration.observe(job.model, messages, final, kind=kind, num_predict=num_predict)
+        self.svc.calibration.observe(job.model, messages, usage, kind=kind, num_predict=num_predict)
         return text.strip()
 
     def _reduce_bpt(self, job: Job) -> float:

@@ -15,7 +15,6 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 
 from ..errors import HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
-from ..ollama import OllamaError
 from ..services import services
 from ..sessions import fountain
 from ..sessions.store import SessionNotFound

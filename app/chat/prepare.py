@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import chunking, documents
 from ..errors import Refused
 from ..budget import Budget, estimate_messages, fit_history, new_budget
-from ..ollama import ChatFinal, OllamaError
+from ..modelserver import ModelError, Usage
 from ..sessions import fountain, notes
 from ..workspace import Workspace, WorkspaceFile
 
@@ -163,14 +163,13 @@ def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fount
     older = history[:-keep] if keep else history
     if not older:
         return None
-    facts = svc.client.show(model)
-    budget = new_budget(svc.config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    budget = new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
     budget.components["reply"] = 300
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
     messages = [{"role": "system", "content": COMPACT_PROMPT}, {"role": "user", "content": transcript}]
-    summary, final = svc.client.chat_text(model, messages, num_ctx=budget.window, options={"num_predict": 300})
-    svc.calibration.observe(model, messages, final)
+    summary, usage = svc.models.chat_text(model, messages, num_ctx=budget.window, num_predict=300)
+    svc.calibration.observe(model, messages, usage)
     return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
                          notes=[notes.compact(len(older), model, left_out)])
 
@@ -178,8 +177,7 @@ def compact(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> fount
 def prepare(svc, past: list[fountain.Turn], text: str, model: str) -> Prepared:
     """Budget the turn and build its request, or say why it cannot be sent."""
     config = svc.config
-    facts = svc.client.show(model)
-    budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
     budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
@@ -314,7 +312,7 @@ def match_model(name: str | None, installed: list[str]) -> str | None:
     return same_cue[0] if len(same_cue) == 1 else name
 
 
-def reply_notes(status: str, error: OllamaError | None) -> list[str]:
+def reply_notes(status: str, error: ModelError | None) -> list[str]:
     """Session-file notes for a reply that did not end normally."""
     if status == "stopped":
         return [notes.stopped()]
@@ -323,14 +321,14 @@ def reply_notes(status: str, error: OllamaError | None) -> list[str]:
     return []
 
 
-def finished_turn(base: fountain.Turn, text: str, final: ChatFinal | None, backend: str, model: str,
+def finished_turn(base: fountain.Turn, text: str, usage: Usage | None, backend: str, model: str,
                   extra_notes: list[str]) -> fountain.Turn:
     """The turn with its reply, stats line and notes, ready to record."""
     stats = None
-    if final is not None:
-        stats = fountain.stats_line(model, backend, final.eval_count or 0, final.prompt_eval_count or 0,
-                                    final.seconds)
-    reply = text if (text or final is not None) else None
+    if usage is not None:
+        stats = fountain.stats_line(model, backend, usage.generated_tokens or 0, usage.prompt_tokens or 0,
+                                    usage.seconds)
+    reply = text if (text or usage is not None) else None
     return fountain.Turn(when=base.when, user_text=base.user_text, model=model, reply=reply, stats=stats,
                          notes=[*base.notes, *extra_notes])
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..errors import Busy
 from ..events import EventLog
-from ..ollama import ChatFinal, ChatStream, OllamaError
+from ..modelserver import Cancelled, ChatStream, ModelError, Usage
 
 log = logging.getLogger(__name__)
 _keys = itertools.count(1)
@@ -39,8 +39,8 @@ class Generation:
     events: EventLog = field(default_factory=EventLog)
     pieces: list[str] = field(default_factory=list)
     status: str = "starting"          # starting | running | done | stopped | interrupted | error
-    error: OllamaError | None = None
-    final: ChatFinal | None = None
+    error: ModelError | None = None
+    usage: Usage | None = None
     started: float = field(default_factory=time.monotonic)
     # Unique in this process: event ids are "<key>-<n>", so a Last-Event-ID from
     # another generation (another reply, a restarted server) is never taken for ours.
@@ -150,17 +150,18 @@ class Replies:
             for piece in gen._stream:
                 gen.pieces.append(piece)
                 on_piece(gen, piece)
-            gen.final = gen._stream.final
-            gen.status = ("interrupted" if gen.interrupted else
-                          "stopped" if gen._stream.cancelled else "done")
-        except OllamaError as exc:
+            gen.usage = gen._stream.usage
+            gen.status = "interrupted" if gen.interrupted else "done"
+        except Cancelled:
+            gen.status = "interrupted" if gen.interrupted else "stopped"
+        except ModelError as exc:
             if gen.interrupted:
                 gen.status = "interrupted"
             else:
                 gen.error, gen.status = exc, "error"
                 log.warning("reply for %s failed: %s", gen.session, exc)
         except Exception as exc:  # never leave a page waiting forever
-            gen.error, gen.status = OllamaError(f"Unexpected failure: {exc}"), "error"
+            gen.error, gen.status = ModelError(f"Unexpected failure: {exc}"), "error"
             log.exception("reply for %s crashed", gen.session)
         finally:
             self._finish(gen)

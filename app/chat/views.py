@@ -20,7 +20,7 @@ from ..analysis.views import citation_links
 from ..budget import fit_history, new_budget
 from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
-from ..ollama import OllamaError
+from ..modelserver import ModelError
 from ..render import markdown, stable_end, streaming
 from ..services import services
 from ..sessions import fountain, names, notes
@@ -169,11 +169,11 @@ def status_for(session: Session, model: str) -> dict:
               "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
               "samples": svc.calibration.samples(model)}
     try:
-        facts = svc.client.show(model)
-    except OllamaError as exc:
+        window = svc.models.window(model)
+    except ModelError as exc:
         status["problem"] = str(exc)
         return status
-    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
+    budget = new_budget(svc.config, model, window, status["bytes_per_token"])
     fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
                 prepare.history_turns(session.turns))
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
@@ -183,8 +183,8 @@ def status_for(session: Session, model: str) -> dict:
 
 def _models() -> tuple[list[str], str]:
     try:
-        return services().client.list_models(), ""
-    except OllamaError as exc:
+        return services().models.models(), ""
+    except ModelError as exc:
         return [], str(exc)
 
 
@@ -388,13 +388,13 @@ def _send_locked(svc, session: Session, text: str, retry_note: str | None = None
         turn.notes.append(retry_note)
     index = len(session.turns)
     try:
-        installed = svc.client.list_models()
+        installed = svc.models.models()
         mentioned, rest = prepare.split_model_mention(text, installed)
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
         prepared = prepare.prepare(svc, past, rest, model)
-    except (OllamaError, TurnRefused) as exc:
+    except (ModelError, TurnRefused) as exc:
         return _refused(name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)
     if prepared.files:
@@ -430,8 +430,8 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
     def open_stream():
         # The reply may use its reservation and whatever the budget left free: never past the window.
         room = prepared.budget.components.get("reply", 0) + max(0, prepared.budget.remaining)
-        return svc.client.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window,
-                               options={"num_predict": room})
+        return svc.models.chat(prepared.model, prepared.messages, num_ctx=prepared.budget.window,
+                               num_predict=room)
 
     rendered_to = [0]
 
@@ -448,11 +448,11 @@ def _start_reply(svc, name: str, index: int, turn: fountain.Turn, prepared) -> N
             done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
         else:
             done_notes = prepare.reply_notes(gen.status, gen.error)
-        if gen.final is not None:
-            warning = svc.calibration.observe(prepared.model, prepared.messages, gen.final)
+        if gen.usage is not None:
+            warning = svc.calibration.observe(prepared.model, prepared.messages, gen.usage)
             if warning:
                 done_notes.append(notes.notice(warning))
-        done = prepare.finished_turn(turn, gen.text, gen.final, svc.store.backend, prepared.model, done_notes)
+        done = prepare.finished_turn(turn, gen.text, gen.usage, svc.store.backend, prepared.model, done_notes)
         try:
             svc.store.replace_turn(name, index, done, expect=turn.user_text)
         except HarveyError:
@@ -471,7 +471,7 @@ def compact(name: str):
     model = session_model(session)
     try:
         note = prepare.compact(svc, session.turns, model)
-    except OllamaError as exc:
+    except ModelError as exc:
         abort(502, description=f"The summary could not be made: {exc}")
     if note is None:
         return Response("", status=204)

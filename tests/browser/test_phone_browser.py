@@ -592,7 +592,7 @@ def test_an_ollama_outage_shows_in_the_status_line_on_page_load(live, scripted, 
     page.goto(live.url + "/")
     assert page.locator("#status .problem").count() == 0
     scripted.down = True                              # Ollama answers 503; the model's facts stay cached
-    live.services.client._models = None               # (and the model list's few-second cache is over)
+    live.services.models.forget_models()               # (and the model list's few-second cache is over)
     page.reload()
     problem = page.locator("#status summary .problem")
     assert problem.count() == 1 and problem.text_content().strip(" ·")
