@@ -11,7 +11,7 @@ and ``transient``, "trying again later can help") and never by a server's error 
     ├── ContextExceeded    the server refused the prompt as longer than the window
     ├── FormatRefused      the server refused the JSON schema (``format``) of the request
     ├── StreamBroken       an error line or a dropped connection mid-reply   transient
-    ├── ServerError        any other non-200 answer (``.http_status``)        transient for 429/5xx
+    ├── ServerError        any other non-200 answer (``.http_status``)        transient for 429/502/503/504
     └── Cancelled          the call was stopped by ``ChatStream.cancel()``
 """
 
@@ -19,8 +19,11 @@ from __future__ import annotations
 
 from ..errors import ModelError
 
-# Answers that say "busy or restarting, ask again": worth a retry, unlike a 400 or a 401.
-TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# Answers that say "busy, away or restarting, ask again": worth a pause and a retry. Not 500:
+# Ollama answers 500 when the model runner crashed on this request (out of memory on a Pi, say),
+# which the same request tends to repeat; the analysis worker retries it once and records the
+# chunk as failed instead of pausing the whole job as if the server were away.
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
 class Unreachable(ModelError):
@@ -69,7 +72,7 @@ class StreamBroken(ModelError):
 
 
 class ServerError(ModelError):
-    """Any other non-200 answer (transient for 429 and 5xx).
+    """Any other non-200 answer (transient for 429, 502, 503 and 504).
 
     The server's status is ``http_status``: ``status`` is what a view answers with (502, as for
     every ModelError), and a 400 from the model server is no 400 of ours.
