@@ -90,9 +90,11 @@ class ChatStream(ABC):
 
     @property
     def text(self) -> str:
+        """Every piece so far, joined: what a Stop keeps."""
         return "".join(self._pieces)
 
     def __iter__(self) -> Iterator[str]:
+        """Start the call (the first network wait happens here, not in ``chat``)."""
         with self._lock:
             if self._started:
                 raise RuntimeError("a chat stream is iterated once")
@@ -117,6 +119,7 @@ class ChatStream(ABC):
             self._release()
 
     def _guarded(self) -> Iterator[str]:
+        """``_read``, stopped at the next piece after a cancel, whatever error the cut caused."""
         try:
             for piece in self._read():
                 if self.cancelled:
@@ -139,6 +142,7 @@ class ChatStream(ABC):
 
     @staticmethod
     def _stopped() -> Cancelled:
+        """The one error a cancelled stream raises."""
         return Cancelled("The reply was stopped.")
 
     @abstractmethod
@@ -172,6 +176,7 @@ class ModelServer(ABC):
         self._cache_lock = threading.Lock()
 
     def __str__(self) -> str:
+        """For messages: "Ollama at http://127.0.0.1:11434"."""
         return f"{self.name} at {self.url}"
 
     # -- what each kind of server implements -----------------------------------

@@ -56,6 +56,7 @@ class OllamaServer(ModelServer):
                                        transport=_ConnectionPerCall())
 
     def close(self) -> None:
+        """Close the pooled connections (a chat's own connection closes with its stream)."""
         self._http.close()
         self._chat_http.close()
 
@@ -84,21 +85,25 @@ class OllamaServer(ModelServer):
             return False
 
     def version(self) -> str:
+        """``/api/version``: for ``harvey check`` and bug reports."""
         response = self._request("GET", "/api/version", timeout=5.0)
         _raise_for(response)
         return response.json().get("version", "")
 
     def _fetch_models(self) -> list[str]:
+        """``/api/tags``: the names as ``ollama list`` shows them (what ``@name`` routes to)."""
         response = self._request("GET", "/api/tags", timeout=10.0)
         _raise_for(response)
         return [m.get("name") or m.get("model") for m in response.json().get("models", [])]
 
     def _fetch_facts(self, model: str) -> ModelFacts:
+        """``/api/show``: a 404 is a model that is not installed (the message says how to get it)."""
         response = self._request("POST", "/api/show", json={"model": model}, timeout=30.0)
         _raise_for(response, model=model)
         return _facts_from_show(model, response.json())
 
     def embed(self, model: str, texts: str | list[str]) -> list[list[float]]:
+        """``/api/embed``, one vector per text (for the embedding indexer to come)."""
         response = self._request("POST", "/api/embed", json={"model": model, "input": texts})
         _raise_for(response, model=model)
         return response.json()["embeddings"]
@@ -156,6 +161,7 @@ class OllamaChatStream(ChatStream):
         self._response: httpx.Response | None = None
 
     def _read(self) -> Iterator[str]:
+        """Send, then yield each line's text; the ``done`` line's counts become ``usage``."""
         self._response = self._server._send_chat(self._body, self._line)
         for obj in self._objects():
             if "error" in obj:
@@ -185,9 +191,11 @@ class OllamaChatStream(ChatStream):
                                f"({exc.__class__.__name__}).") from None
 
     def _interrupt(self) -> None:
+        """Shut the call's socket down: the blocked read wakes, and Ollama stops generating."""
         self._line.cut()
 
     def _release(self) -> None:
+        """Close the response (and with it the call's own connection)."""
         if self._response is not None:
             self._response.close()
         self._line.cut()            # nothing connects on this line any more
@@ -205,6 +213,7 @@ class _Line(httpcore.SyncBackend):
         self._cut = False
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        """Connect as httpcore does, then keep the socket; a cancel before this sends nothing."""
         if self._cut:
             raise httpcore.ConnectError("the call was cancelled before it connected")
         stream = super().connect_tcp(host, port, timeout=timeout, local_address=local_address,
@@ -244,18 +253,23 @@ class _TrackedStream(httpcore.NetworkStream):
         self._inner, self._line = inner, line
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        """As the inner stream (a cut shows up here as an error or an empty read)."""
         return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """As the inner stream."""
         self._inner.write(buffer, timeout)
 
     def close(self) -> None:
+        """Through the line, so a concurrent cut never touches a closed socket."""
         self._line._close(self._inner)
 
     def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
+        """An https URL: the line must cut the TLS socket from now on, not the plain one."""
         return self._line._track(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str):
+        """As the inner stream (httpcore asks for the socket, whether it is readable, ...)."""
         return self._inner.get_extra_info(info)
 
 
@@ -264,6 +278,7 @@ class _ConnectionPerCall(httpx.BaseTransport):
     ``_Line`` (``extensions[LINE]``), closed with the response."""
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send on a fresh connection (a pool of one, never reused) through the request's line."""
         pool = httpcore.ConnectionPool(network_backend=request.extensions[LINE], max_keepalive_connections=0)
         url = request.url
         core = httpcore.Request(request.method,
@@ -287,9 +302,11 @@ class _Body(httpx.SyncByteStream):
         self._answer, self._pool = answer, pool
 
     def __iter__(self) -> Iterator[bytes]:
+        """The body's bytes as they arrive."""
         yield from self._answer.stream
 
     def close(self) -> None:
+        """Close the answer, then the connection: one connection per call, never pooled."""
         try:
             self._answer.close()
         finally:
