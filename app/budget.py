@@ -8,8 +8,8 @@ model, so Ollama never works in a window we did not budget for.
 
 Token counts are estimates: UTF-8 bytes divided by a bytes-per-token figure that
 starts at 4 (seed 000) and is calibrated per model and kind of text (chat, prose,
-Markdown, HTML, source, non-English) from the server's own prompt token count after every
-call (``Calibration``).
+Markdown, HTML, source, non-English) from the server's own prompt token count (``Usage``)
+after every call (``Calibration``).
 
 For chunked analysis (issue 14) it also gives the reply budget of the map calls
 (``map_reply_budget``) and the cost of a planned analysis in calls, tokens and time from the
@@ -25,16 +25,19 @@ import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .config import Config
 from .storage import atomic_write_text
+
+if TYPE_CHECKING:
+    from .modelserver import Usage
 
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
 MIN_BPT, MAX_BPT = 1.0, 8.0
 SAMPLES_KEPT = 15
-# A prompt token count this far below the estimate means the server cut the prompt.
+# A server prompt count this far below the estimate means the server cut the prompt.
 TRUNCATION_RATIO = 0.6
 
 
@@ -234,7 +237,7 @@ class Calibration:
         with self._lock:
             return len(self._list(model, kind) or [])
 
-    def observe(self, model: str, messages: list[dict], usage, kind: str | None = None,
+    def observe(self, model: str, messages: list[dict], usage: "Usage | None", kind: str | None = None,
                 num_predict: int | None = None) -> str | None:
         """Learn from one finished call (bytes per token, speed, reply length) and save once.
 
@@ -288,10 +291,10 @@ class Calibration:
         with self._lock:
             return self._reply_share.get(model)
 
-    def _learn_speed(self, model: str, usage) -> None:
+    def _learn_speed(self, model: str, usage: "Usage") -> None:
         """Keep a smoothed reading speed and writing speed from the server's own times."""
-        if not (usage and usage.prompt_tokens and usage.prompt_seconds
-                and usage.generated_tokens and usage.generate_seconds):
+        if not (usage.prompt_tokens and usage.prompt_seconds and usage.generated_tokens
+                and usage.generate_seconds):
             return
         now = (usage.prompt_tokens / usage.prompt_seconds, usage.generated_tokens / usage.generate_seconds)
         with self._lock:

@@ -61,7 +61,10 @@ def cmd_serve(config: Config, args) -> int:
                                      port=args.port if args.port is not None else config.server.port)
     config = dataclasses.replace(config, server=server_cfg)
     demo = None
-    if not connect(config, connect_timeout=1.0).is_up():
+    probe = connect(config, connect_timeout=1.0)
+    up = probe.is_up()
+    probe.close()
+    if not up:
         if args.demo:
             demo, config = _start_demo(config)
             if demo is None:
@@ -214,22 +217,20 @@ def _version() -> str:
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what Ollama has, and what is wrong."""
     from .budget import context_window
-    from .errors import ModelError
-    from .modelserver import connect
+    from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
-    client = connect(config, read_timeout=30)
+    server = connect(config, read_timeout=30)
     problems = []
     try:
-        models = client.models()
+        models = server.models()
     except ModelError as exc:
         print(f"problem: {exc}")
         return 1
     for name in models:
         try:
-            facts = client.facts(name)
-            trained = facts.context_length
+            trained = server.window(name)
             window = context_window(config, name, trained)
             marker = "*" if name == config.ollama.model else " "
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")

@@ -6,8 +6,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from flask import Blueprint, jsonify
 
-from .version import __version__
 from .errors import ModelError
+from .version import __version__
 from .services import services
 
 bp = Blueprint("health", __name__)

@@ -207,7 +207,7 @@ class _TimedStream:
 
 
 def time_client_calls(client) -> list:
-    """Patch one OllamaClient instance so every ``chat`` records (start, end, thread CPU s).
+    """Patch one ModelServer instance so every ``chat`` records (start, end, thread CPU s).
 
     Start = just before the request is built; end = the final NDJSON line was read
     (or the stream ended).  The spans are appended to the returned list.

@@ -51,9 +51,9 @@ def record_calls(client, calls: list) -> None:
 
         def iterate():
             yield from original_iter()
-            final = stream.final
-            calls.append({"seconds": time.monotonic() - started, "prompt": final.prompt_eval_count or 0,
-                          "generated": final.eval_count or 0, "num_ctx": kwargs.get("num_ctx")})
+            usage = stream.usage
+            calls.append({"seconds": time.monotonic() - started, "prompt": usage.prompt_tokens or 0,
+                          "generated": usage.generated_tokens or 0, "num_ctx": kwargs.get("num_ctx")})
         return _Iterable(stream, iterate)
 
     client.chat = chat

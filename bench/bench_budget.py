@@ -5,7 +5,7 @@ Run from the repository root:  python bench/bench_budget.py
 The real small model: SmolLM2-135M-Instruct behind Ollama's API (harvey_demo.server.DemoServer,
 threads=1), with its own tokenizer and chat template.  Each prompt is sent the way the app
 sends a chat turn: [system: the default system prompt, user: the text], num_ctx 8192,
-num_predict 1, through app.ollama.OllamaClient; the truth is the final line's
+num_predict 1, through app.modelserver.ollama.OllamaServer; the truth is the final line's
 ``prompt_eval_count``.
 
 * before: ``estimate_messages(messages, 4.0)``, the app's estimate before any calibration
@@ -74,8 +74,8 @@ def main() -> None:
     from harvey_demo import server as demo_server
     from app.budget import Calibration, estimate_messages
     from app.config import Config
-    from app.ollama import ChatFinal
-    from app.ollama import OllamaClient
+    from app.modelserver import Usage
+    from app.modelserver.ollama import OllamaServer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES),
@@ -93,12 +93,12 @@ def main() -> None:
     counts: dict[str, list[tuple[list[dict], int]]] = {}
     sources: list[tuple] = []
     with demo_server.DemoServer(threads=1) as server:
-        client = OllamaClient(server.url, read_timeout=600)
+        client = OllamaServer(server.url, read_timeout=600)
 
         def count(messages):
-            stream = client.chat(MODEL, messages, num_ctx=8192, options={"num_predict": 1, "temperature": 0})
+            stream = client.chat(MODEL, messages, num_ctx=8192, num_predict=1, temperature=0)
             "".join(stream)
-            return stream.final.prompt_eval_count
+            return stream.usage.prompt_tokens
 
         first = [{"role": "system", "content": system}, {"role": "user", "content": sets["prose train"][0][1]}]
         assert count(first) == count(first), "prompt_eval_count is not deterministic"
@@ -118,7 +118,7 @@ def main() -> None:
         if len(keys) > 1:   # interleave, as a session that alternates between prose and code would
             pairs = [p for group in zip(*(counts[k] for k in keys)) for p in group]
         for messages, truth in pairs:
-            warning = cal.observe(MODEL, messages, ChatFinal(prompt_eval_count=truth))
+            warning = cal.observe(MODEL, messages, Usage(prompt_tokens=truth))
             assert warning is None, warning
         return cal.bytes_per_token(MODEL)
 

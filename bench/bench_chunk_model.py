@@ -17,7 +17,7 @@ Both: system prompt = the app's MAP_SYSTEM / REDUCE_SYSTEM, num_ctx 8192, temper
 partial answers ``[Chunk i of N (heading)]\\n<answer>`` batched with ``budget.reduce_batches``
 into reduce requests that fit (reply 512 for the last one, the map budget for the others).
 Model: SmolLM2-135M-Instruct (``harvey_demo.server.DemoServer``, threads=1) through
-``app.ollama.OllamaClient``; model time = Ollama's ``prompt_eval_duration + eval_duration``
+``app.modelserver.ollama.OllamaServer``; model time = Ollama's ``prompt_eval_duration + eval_duration``
 summed over the requests (the machine is shared; these durations are the model's own).
 Also: the largest prompt_eval_count + num_predict of any request against the window.
 """
@@ -54,15 +54,14 @@ def run(client, label: str, maps: list[tuple[list[dict], int, str]], total: int)
     t0 = time.perf_counter()
 
     def call(messages, num_predict):
-        stream = client.chat(MODEL, messages, num_ctx=WINDOW,
-                             options={"num_predict": num_predict, "temperature": 0})
+        stream = client.chat(MODEL, messages, num_ctx=WINDOW, num_predict=num_predict, temperature=0)
         text = "".join(stream)
-        f = stream.final
+        u = stream.usage
         stats["requests"] += 1
-        stats["prompt"] += f.prompt_eval_count or 0
-        stats["generated"] += f.eval_count or 0
-        stats["model_s"] += ((f.prompt_eval_duration or 0) + (f.eval_duration or 0)) / 1e9
-        stats["worst"] = max(stats["worst"], (f.prompt_eval_count or 0) + num_predict)
+        stats["prompt"] += u.prompt_tokens or 0
+        stats["generated"] += u.generated_tokens or 0
+        stats["model_s"] += u.prompt_seconds + u.generate_seconds
+        stats["worst"] = max(stats["worst"], (u.prompt_tokens or 0) + num_predict)
         return text.strip()
 
     parts = []
@@ -94,7 +93,7 @@ def run(client, label: str, maps: list[tuple[list[dict], int, str]], total: int)
 
 def main(argv=None) -> int:
     from harvey_demo import server as demo_server
-    from app.ollama import OllamaClient
+    from app.modelserver.ollama import OllamaServer
     from bench_chunk_quality import load_before
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
                     {"role": "user", "content": chunking.map_prompt(TASK, c, len(after), rb.words)}],
                    rb.num_predict, " › ".join(c.heading_path)) for c in after]
     with demo_server.DemoServer(threads=1) as server:
-        client = OllamaClient(server.url, read_timeout=900)
+        client = OllamaServer(server.url, read_timeout=900)
         results = {"before": run(client, "before", maps_before, len(before)),
                    "after": run(client, "after", maps_after, len(after))}
     doc_tokens = estimate_tokens(text)

@@ -15,7 +15,7 @@ Measured, in one process, on one monotonic clock:
 * wall: from sending POST /start to reading the SSE ``close`` event.
 * model (server side): per chat request, the scripted server's arrival time to the moment
   the last NDJSON line and the chunked terminator were flushed; summed.
-* model (client side): per ``OllamaClient.chat`` call made by the worker, from the call to
+* model (client side): per ``ModelServer.chat`` call made by the worker, from the call to
   the last line read (includes the app's HTTP client work); summed.
 * overhead per chunk = (wall - model) / 20, with either model figure; share = (wall - model)/wall.
 * worker CPU per chunk: CPU seconds of the analysis worker thread (/proc/self/task/<tid>/schedstat)

@@ -2,7 +2,7 @@
 
 Run from the repository root:  python bench/bench_sse.py [--runs 3] [--tokens 250] [--delay 0.02]
 
-Path measured: scripted Ollama server -> the app's OllamaClient (NDJSON) -> the reply
+Path measured: scripted Ollama server -> the app's OllamaServer (NDJSON) -> the reply
 thread -> the generation's EventLog -> the SSE view (/s/<name>/turns/<n>/stream) ->
 waitress -> the client.
 

@@ -4,7 +4,8 @@ It speaks the parts of Ollama's native API the app uses (``/``, ``/api/version``
 ``/api/tags``, ``/api/ps``, ``/api/show``, streaming ``/api/chat``, ``/api/embed``)
 over real HTTP on a free port. Each test decides the replies (a fixed text, or a
 function of the request), the latency per token, and the faults (404 model, 500,
-an ``{"error"}`` line mid-stream, a dropped connection, a hang, a refused context).
+an ``{"error"}`` line mid-stream, a dropped connection, a hang, a refused context, a first
+byte that takes a while).
 ``kill()`` takes the whole server away (connections refused, streams in flight
 dropped) and ``revive()`` brings it back on the same port, as Ollama restarting
 for an update. Every request
@@ -42,6 +43,8 @@ class Reply:
     fault_after: int = 2              # pieces sent before a mid-stream fault
     prompt_eval_count: int | None = None   # None: computed from the prompt
     done_reason: str = "stop"
+    first_byte_delay: float = 0.0     # seconds before the response headers (a Pi loading the model);
+    #                                   a client that hangs up meanwhile is recorded as ``disconnected``
 
 
 @dataclass
@@ -303,7 +306,25 @@ def _handler_for(server: ScriptedOllama):
             if reply.fault == "hang":
                 server._stopping.wait(60)
                 return
+            if reply.first_byte_delay and self._client_left(reply.first_byte_delay):
+                rec.disconnected = True
+                self.close_connection = True
+                return
             self._stream(body, reply, rec, min(tokens, num_ctx))
+
+        def _client_left(self, seconds: float) -> bool:
+            """Wait up to ``seconds`` before answering; True as soon as the client hangs up
+            (as Ollama notices a closed connection while it loads a model and stops)."""
+            import select
+            import socket
+
+            readable, _, _ = select.select([self.connection], [], [], seconds)
+            if not readable:
+                return False
+            try:
+                return self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
         def _stream(self, body, reply: Reply, rec: Recorded, prompt_tokens: int):
             """Send the reply piece by piece as NDJSON over chunked encoding."""

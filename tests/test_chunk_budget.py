@@ -6,7 +6,6 @@ import json
 import math
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
@@ -19,11 +18,12 @@ from app.budget import (  # noqa: E402
     CALIBRATION_KINDS, KIND_FACTORS, MESSAGE_OVERHEAD_TOKENS, Calibration, calibration_kind,
     estimate_analysis, map_reply_budget, reduce_batches,
 )
+from app.modelserver import Usage  # noqa: E402
 
 
-def final(prompt_tokens, eval_count=100, prompt_s=2.0, eval_s=20.0):
-    return SimpleNamespace(prompt_eval_count=prompt_tokens, prompt_eval_duration=int(prompt_s * 1e9),
-                           eval_count=eval_count, eval_duration=int(eval_s * 1e9))
+def final(prompt_tokens, generated=100, prompt_s=2.0, eval_s=20.0):
+    return Usage(prompt_tokens=prompt_tokens, generated_tokens=generated, seconds=prompt_s + eval_s,
+                 prompt_seconds=prompt_s, generate_seconds=eval_s)
 
 
 def messages(nbytes):
@@ -68,7 +68,7 @@ def test_the_old_file_format_loads_and_the_new_one_round_trips(tmp_path):
     assert cal.bytes_per_token("m") == pytest.approx(3.6)
     assert cal.speed("m") == (50.0, 6.0) and cal.reply_share("m") is None
     teach(cal, "m", 2.5, kind="foreign")
-    cal.observe("m", messages(4000), final(1100, eval_count=90), kind="foreign", num_predict=300)
+    cal.observe("m", messages(4000), final(1100, generated=90), kind="foreign", num_predict=300)
     again = Calibration(path)
     assert again.bytes_per_token("m") == pytest.approx(3.6)
     assert again.bytes_per_token("m", "foreign") == pytest.approx(cal.bytes_per_token("m", "foreign"))

@@ -333,9 +333,9 @@ def test_a_decided_answer_recovered_after_a_crash_keeps_its_passages(tmp_path, s
 
 
 def test_the_client_sends_format_only_when_given(scripted):
-    from app.ollama import OllamaClient
+    from app.modelserver.ollama import OllamaServer
 
-    client = OllamaClient(scripted.url)
+    client = OllamaServer(scripted.url)
     scripted.script = Reply(text='{"relevant": false, "points": [], "confidence": 5}')
     try:
         text, _ = client.chat_text("tiny:1b", [{"role": "user", "content": "x"}], num_ctx=512,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app import ollama
+from app.modelserver import ContextExceeded
+from app.modelserver.ollama import OllamaServer
 from app.sessions import fountain
 from app.config import ChunkingConfig
 from conftest import make_config
@@ -22,22 +23,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_client_streams_with_real_counts_and_embeds(demo_model):
-    client = ollama.OllamaClient(demo_model.url, read_timeout=60)
-    facts = client.show(MODEL)
+    client = OllamaServer(demo_model.url, read_timeout=60)
+    facts = client.facts(MODEL)
     assert facts.context_length == 8192 and facts.architecture == "llama"
     stream = client.chat(MODEL, [{"role": "user", "content": "Name three colours."}], num_ctx=2048,
-                         options={"num_predict": 24, "temperature": 0, "seed": 1})
+                         num_predict=24, temperature=0)
     pieces = list(stream)
     assert len(pieces) > 3 and "".join(pieces).strip()
-    assert stream.final.prompt_eval_count > 0 and stream.final.eval_count > 0
-    assert stream.final.done_reason in ("stop", "length")
+    assert stream.usage.prompt_tokens > 0 and stream.usage.generated_tokens > 0
+    assert stream.usage.stopped_by in ("stop", "length")
     vectors = client.embed(MODEL, ["a Raspberry Pi", "a chat app"])
     assert len(vectors) == 2 and len(vectors[0]) == len(vectors[1]) == 576
 
 
 def test_context_exceeded_is_refused_not_truncated(demo_model):
-    client = ollama.OllamaClient(demo_model.url, read_timeout=60)
-    with pytest.raises(ollama.ContextExceeded):
+    client = OllamaServer(demo_model.url, read_timeout=60)
+    with pytest.raises(ContextExceeded):
         list(client.chat(MODEL, [{"role": "user", "content": "word " * 3000}], num_ctx=512))
 
 
@@ -62,7 +63,7 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
     name = first.open_session()
     first.post(f"/s/{name}/messages", data={"message": "My cat is called Pixel. Say hello to her."})
     gen = wait_reply(first, name)
-    assert gen.status == "done" and gen.final.prompt_eval_count > 0 and gen.final.eval_count > 0
+    assert gen.status == "done" and gen.usage.prompt_tokens > 0 and gen.usage.generated_tokens > 0
     text = (first.services.store.folder / f"{name}.spmd").read_text()
     turn = fountain.turns(fountain.loads(text))[0]
     assert turn.reply == gen.text and turn.model == MODEL and "tok/s" in turn.stats
@@ -73,7 +74,7 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
     gen2 = wait_reply(second, name)
     assert gen2.status == "done"
     # the second request carried the first turn: Ollama read more tokens than the message alone
-    assert gen2.final.prompt_eval_count > gen.final.prompt_eval_count
+    assert gen2.usage.prompt_tokens > gen.usage.prompt_tokens
     turns = fountain.turns(fountain.loads((second.services.store.folder / f"{name}.spmd").read_text()))
     assert [t.user_text for t in turns] == ["My cat is called Pixel. Say hello to her.", "What is my cat called?"]
     assert second.services.calibration.samples(MODEL) + first.services.calibration.samples(MODEL) >= 0

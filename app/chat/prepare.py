@@ -158,8 +158,7 @@ def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) 
     older = history[:-keep] if keep else history
     if not older:
         return None
-    facts = svc.models.facts(model)
-    budget = new_budget(svc.config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    budget = new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
     budget.components["reply"] = COMPACT_REPLY_TOKENS
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
@@ -181,8 +180,7 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: boo
     ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
     out of the history."""
     config = svc.config
-    facts = svc.models.facts(model)
-    budget = new_budget(config, model, facts.context_length, svc.calibration.bytes_per_token(model))
+    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
     budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)

@@ -646,7 +646,7 @@ def _is_stats(text: str) -> bool:
     return bool(_STATS.fullmatch(text) or _STATS_SHORT.fullmatch(text))
 
 
-def stats_line(model: str, backend: str, eval_count: int, prompt_eval_count: int, seconds: float) -> str:
+def stats_line(model: str, backend: str, reply_tokens: int, context_tokens: int, seconds: float) -> str:
     """Harvey's stats action line, e.g. "ollama (llama3.1:8b) · 312 reply + 1840 ctx · 18.437s · 16.9 tok/s".
 
     It is the only place the exact model name (with its tag) is written, so
@@ -654,10 +654,10 @@ def stats_line(model: str, backend: str, eval_count: int, prompt_eval_count: int
     """
     head = f"{backend} ({model})"
     elapsed = _go_duration(seconds)
-    if not eval_count:
+    if not reply_tokens:
         return f"{head} · {elapsed}"
-    rate = eval_count / seconds if seconds > 0 else 0.0
-    return f"{head} · {eval_count} reply + {prompt_eval_count} ctx · {elapsed} · {rate:.1f} tok/s"
+    rate = reply_tokens / seconds if seconds > 0 else 0.0
+    return f"{head} · {reply_tokens} reply + {context_tokens} ctx · {elapsed} · {rate:.1f} tok/s"
 
 
 def _go_duration(seconds: float) -> str:

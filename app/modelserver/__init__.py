@@ -1,0 +1,32 @@
+"""One interface for model servers: ``connect(config)`` gives the app its ``ModelServer``.
+
+``base`` is the neutral seam (``ModelServer``, ``ChatStream``, ``Usage``, ``ModelFacts``),
+``errors`` the typed errors, and each kind of server has one module (``ollama``). Nothing
+outside this package imports httpx for model calls or knows a server's field names; the
+layout test (tests/test_layout.py) checks it.
+"""
+
+from __future__ import annotations
+
+from .base import ChatStream, ModelFacts, ModelServer, Usage
+from .errors import (Cancelled, ContextExceeded, FormatRefused, ModelNotFound, ServerError, StreamBroken, Timeout,
+                     Unreachable)
+from ..errors import ModelError
+
+__all__ = ["ChatStream", "ModelFacts", "ModelServer", "Usage", "ModelError", "Cancelled", "ContextExceeded",
+           "FormatRefused", "ModelNotFound", "ServerError", "StreamBroken", "Timeout", "Unreachable", "connect"]
+
+
+def connect(config, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> ModelServer:
+    """The model server the config names: the one place that chooses the kind of server.
+
+    ``connect_timeout`` and ``read_timeout`` override the config's (``harvey serve`` probes
+    with a short connect, ``harvey check`` will not wait ten minutes for an answer).
+    """
+    from .ollama import OllamaServer
+
+    section = config.ollama
+    return OllamaServer(section.url,
+                        connect_timeout=section.connect_timeout_s if connect_timeout is None else connect_timeout,
+                        read_timeout=section.timeout_s if read_timeout is None else read_timeout,
+                        keep_alive=section.keep_alive)
