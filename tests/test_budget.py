@@ -140,7 +140,7 @@ def test_multi_file_note_names_exactly_the_skipped_files(tmp_path, scripted, mak
     config = make_config(tmp_path, scripted.url)
     workspace = Path(config.workspace)
     workspace.mkdir(parents=True)
-    (workspace / "a.md").write_text("alpha " * 2000)        # ~4,400 tokens at Markdown's cautious figure
+    (workspace / "a.md").write_text("alpha " * 1500)        # ~3,300 tokens at Markdown's cautious figure
     (workspace / "b.go").write_text("package b\n" * 2000)   # ~6,250 tokens at source code's
     (workspace / "c.txt").write_text("small file\n")
     live = make_live(config)

@@ -85,7 +85,7 @@ class Lane:
         self._queue.put(item)
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name=f"lane-{self.name}", daemon=True)
+                self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
                 self._thread.start()
 
     def _loop(self) -> None:
