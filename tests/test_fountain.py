@@ -149,7 +149,7 @@ def test_harvey_file_is_rewritten_with_only_the_deliberate_fixes():
     text = (DATA / "harvey_exact.spmd").read_text(encoding="utf-8")
     expected = (text.replace("\nLLAMA3.1\n", "\n@LLAMA3.1\n")  # jouvence refuses LLAMA3.1 as a cue
                 .replace("\nPI2\n", "\n@PI2\n")  # digits
-                .replace("\n@pi2 analyze", "\n\\@pi2 analyze")  # "@" would force a cue mid-dialogue
+                .replace("\n@pi2 analyze", "\n\u200b@pi2 analyze")  # "@" would force a cue (a ZWSP: no "\\" reaches Harvey)
                 .replace("\nTHE END.\n", "\n>THE END.<\n"))  # fountain-py: plain THE END. is an orphan cue
     assert spmd.dumps(spmd.loads(text)) == expected
 
@@ -399,12 +399,13 @@ def test_jouvence_reads_the_replies_as_the_model_cues_dialogue():
     pairs = jouvence_dialogue(text)
     assert [c for c, _ in pairs] == ["RSDOIEL", "HARVEY", "LLAMA3.1"] * 3
     big = pairs[2][1].split("\n")
-    for line in ["WARNING", "THIS LINE IS ALL CAPS", "```c", "```", "CUT TO:"]:
+    for line in ["WARNING", "THIS LINE IS ALL CAPS", "```c", "```", "CUT TO:\u200b"]:   # (Harvey's transition)
         assert line in big
-    assert "\\#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
-    assert pairs[5][1] == "C code:\nint x = 1; /\\* one\n/\\* two */\n\\*/"  # "int" is only escaped first
+    assert "\u200b#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
+    # "int" lines get a zero width space (the terminal Harvey reads them as scene headings).
+    assert pairs[5][1] == "C code:\n\u200bint x = 1; /\\* one\n/\\* two */\n\u200b*/"
     # A cue-like first line is escaped, the others are not; the blank lines are kept (zero width space).
-    assert pairs[8][1] == "\\PLAIN\n\u200b\nCAPS\n\u200b\nLINES"
+    assert pairs[8][1] == "\u200bPLAIN\n\u200b\nCAPS\n\u200b\nLINES"
     assert [s.header for s in JouvenceParser().parseString(text).scenes][1:] == [
         "INT. HARVEY AND RSDOIEL TALKING 2026-06-27 10:04:00"] * 3
 

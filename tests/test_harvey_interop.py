@@ -271,22 +271,28 @@ def harvey_recording(user: str, model: str, exchanges: list[tuple[str, str]], wh
     return "".join(out)
 
 
+def visible(text: str) -> str:
+    """What a reader sees of a text Harvey's model gets: without zero width spaces."""
+    return text.replace("\u200b", "")
+
+
 def recovered(replay: HarveyReplay, exchanges: list[tuple[str, str]]) -> dict:
     """What Harvey's replay got back, counted against what was written.
 
     A turn counts when Harvey's user line is the start of the message written; a reply's characters
     count when Harvey's reply is the start of the reply written, otherwise Harvey took another line for
-    the reply and nothing counts (``wrong_replies``). A leading escape backslash is not counted.
+    the reply and nothing counts (``wrong_replies``). Zero width spaces (our writer's invisible guard for
+    ``#``-like lines) are not counted; a backslash is (none may reach Harvey's model).
     """
     turns = chars = wrong = 0
     pending = list(replay.turns)
     for message, reply in exchanges:
-        match = next((t for t in pending if t[0] and message.strip().startswith(t[0].removeprefix("\\"))), None)
+        match = next((t for t in pending if t[0] and message.strip().startswith(visible(t[0]))), None)
         if match is None:
             continue
         pending = pending[pending.index(match) + 1:]
         turns += 1
-        got = match[1].removeprefix("\\")
+        got = visible(match[1])
         if got and reply.strip().startswith(got):
             chars += len(got)
         elif got:

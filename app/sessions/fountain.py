@@ -301,6 +301,13 @@ _DOUBLE_BRACKET = re.compile(r"\[(\\*)(?=\[)")
 _DOUBLE_BRACKET_ESC = re.compile(r"\[\\(\\*)(?=\[)")
 _CARRIAGE = re.compile(r"(\\*)([\r\u240d])")
 _CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
+# Rule 5: in-line shapes the terminal Harvey's Fountain library misreads, each broken by a zero
+# width space at one place (a run already there gets one more, so the rule is a bijection):
+# " -" anywhere makes a line a scene heading, and so does a "#" at its end; a line ending "TO:" or
+# "IN:", or holding "THE END.", is a transition (on a dialogue's first line the cue is lost).
+_GO_TRAPS = [(re.compile(pattern.replace("ZW", r"(?P<zw>\u200b*)")),
+              re.compile(pattern.replace("ZW", r"\u200b(?P<zw>\u200b*)")))
+             for pattern in (r" ZW-", r"#ZW\s*$", r"(?:TO|IN):ZW$", r"THE ENDZW\.")]
 
 
 def _cue_like(t: str) -> bool:
@@ -323,31 +330,51 @@ def _structural(line: str, broad: bool) -> bool:
     if not t or t == BLANK_LINE:
         return True
     c = t[0]
-    if c == "\\":
+    if c == "\\" or c == BLANK_LINE:
         return False
-    if c in "!@#~=>":
+    if c in "!@#~=>.":
+        # "..." is text to Fountain; the terminal Harvey takes any "." line for a scene heading.
         return True
-    if c == ".":
-        # "..." is text to Fountain; the terminal Harvey takes it for a scene heading,
-        # which costs it the reply when it is the first line.
-        return t[1:2] != "." or broad
     # "(a) ..." is a parenthetical to the terminal Harvey, whose next line would replace the reply.
     if (c == "(" and ")" in t) or t == "*/" or _SCENE_START_UPPER.match(t) or t.upper() in _GO_END_LINES:
         return True
-    # First lines only: the terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case,
-    # "Interesting ...") as a scene heading, where the reply would be lost.
-    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)) or t[:3].upper() in ("INT", "EXT", "I/E"))
+    # The terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case, "Interesting ...") as a
+    # scene heading: in a message that ends the chat scene for it (the reply is lost), and on a
+    # first line the turn.  "FADE TO..." on a first line is a transition to it (the cue is lost).
+    if t[:3].upper() in ("INT", "EXT", "I/E") or t.startswith("FADE TO"):
+        return True
+    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
+
+
+def _spaced(t: str) -> bool:
+    """A stripped line a leading space protects: "(a) ext4 ..." (not a whole "(aside)", which jouvence
+    would still take for a parenthetical).  Harvey's parenthetical test does not strip the line, and
+    its replay trims the space, so nothing extra reaches its model."""
+    return t[:1] == "(" and ")" in t and not t.endswith(")")
 
 
 def _escape_inline(s: str) -> str:
-    """Break ``/*`` and ``[[`` and hide CR, reversibly (rules 3 and 4)."""
+    """Break ``/*`` and ``[[``, hide CR, and defuse the terminal Harvey's in-line traps, reversibly
+    (rules 3, 4 and 5)."""
     if "/" in s:
         s = _SLASH_STAR.sub(lambda m: "/\\" + m[1], s)
     if "[" in s:
         s = _DOUBLE_BRACKET.sub(lambda m: "[\\" + m[1], s)
     if "\r" in s or _CR_SYMBOL in s:
         s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] == _CR_SYMBOL)) + _CR_SYMBOL, s)
+    for trap, _ in _GO_TRAPS:
+        s = trap.sub(_one_more_zw, s)
     return s
+
+
+def _one_more_zw(m: re.Match[str]) -> str:
+    """The trap's zero-width-space run (group "zw") gets one more: the writer's half of rule 5."""
+    return m.string[m.start():m.start("zw")] + BLANK_LINE + m.string[m.start("zw"):m.end()]
+
+
+def _one_less_zw(m: re.Match[str]) -> str:
+    """The reader's half of rule 5: the run (at least one, the writer's) gets one less."""
+    return m.string[m.start():m.start("zw") - 1] + m.string[m.start("zw"):m.end()]
 
 
 def _cr_back(m: re.Match[str]) -> str:
@@ -361,6 +388,9 @@ def _unescape_inline(s: str) -> str:
         s = _SLASH_STAR_ESC.sub(lambda m: "/" + m[1], s)
     if "[\\" in s:
         s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
+    if BLANK_LINE in s:
+        for _, escaped in _GO_TRAPS:
+            s = escaped.sub(_one_less_zw, s)
     if _CR_SYMBOL in s:
         s = _CARRIAGE_ESC.sub(_cr_back, s)
     return s
@@ -371,19 +401,27 @@ def _encode_line(line: str, first: bool) -> str:
     if not line and not first:
         return BLANK_LINE
     e = _escape_inline(line)
-    core = e.lstrip("\\")
-    # A line already starting with "\" must keep its backslashes whenever the
+    core = e.lstrip(_PREFIXES)
+    # A line already starting with "\" or a zero width space gets one more whenever the
     # reader would otherwise take one of them for our prefix.
     if _structural(core, broad=first or core != e):
-        return "\\" + e
+        return (" " if _spaced(e.strip()) else BLANK_LINE) + e
     return e
 
 
+_PREFIXES = "\\" + BLANK_LINE
+
+
 def _decode_line(e: str) -> str:
-    """Read one written text line back (context-free, so any position decodes alike)."""
+    """Read one written text line back (context-free, so any position decodes alike).
+
+    Our prefix is a leading space (``_spaced``) or a zero width space; files written
+    before issue 26 used a backslash, which is still read."""
     if not e.strip() or e == BLANK_LINE:  # our blank line, or Fountain's two spaces (older files)
         return ""
-    if e[0] == "\\" and _structural(e.lstrip("\\"), broad=True):
+    if e[0] == " " and _spaced(e.strip()):
+        e = e[1:]
+    elif e[0] in _PREFIXES and _structural(e.lstrip(_PREFIXES), broad=True):
         e = e[1:]
     return _unescape_inline(e)
 
