@@ -348,7 +348,8 @@ def test_fountain_tools_read_any_reply_as_the_models_dialogue(reply, model):
     cue = spmd.model_cue(model)
     assert [c for c, _ in fountain_py_cues(text)] == ["RSDOIEL", "HARVEY", cue]
     lines = spmd._encode_text(reply)
-    assert jouvence_dialogue(text) == [("RSDOIEL", _jouvence_view(lines)), ("HARVEY", "Forwarding to %s." % cue),
+    message = spmd._encode_text(spmd.split_mention(reply)[1])     # a leading @model goes to a note
+    assert jouvence_dialogue(text) == [("RSDOIEL", _jouvence_view(message)), ("HARVEY", "Forwarding to %s." % cue),
                                        (cue, _jouvence_view(lines))]
 
 
@@ -588,7 +589,7 @@ FADE IN:
 
 INT. CHUNK ANALYSIS — doc.md 2026-06-27 10:04:08
 
-[[chunk: file=doc.md, chunks=2, model=LLAMA3, boundary=paragraph, chunk-size=6000]]
+[[chunk: file=doc.md, chunks=2, model=LLAMA3, boundary=paragraph, chunk-tokens=6000]]
 
 RSDOIEL
 Summarize each section.
@@ -654,7 +655,7 @@ def test_the_round_trip_check_catches_a_harvey_style_writer(monkeypatch):
     """Guard against tests that cannot fail: with Harvey's raw writing the checks above go red."""
     monkeypatch.setattr(spmd, "_encode_line", lambda line, first: line)
     monkeypatch.setattr(spmd, "_decode_line", lambda line: line)
-    texts = ["", "\nleading blank", "a\n\nINT. KITCHEN", "a\n\nRSDOIEL\nhi", "a\n\n\nb"]
+    texts = ["", "\nleading blank", "a\n\nINT. KITCHEN 2026-01-01 10:00", "a\n\nRSDOIEL\nhi", "a\n\n\nb"]
     lost = [t for t in texts if spmd.turns(spmd.loads(session_text(one_turn("q", t))))[0].reply != t]
     assert lost == texts
     assert FountainParser().validate(session_text(one_turn("q", NASTY_REPLY))) != []
