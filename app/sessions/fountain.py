@@ -474,7 +474,8 @@ def _cue_name(line: str) -> str | None:
     t = line.strip()
     if t.startswith("@"):
         return t[1:].strip() or None
-    if t and t[0].isalnum() and _cue_like(t) and not _SCENE_START.match(t) and not t.endswith(":"):
+    # "{USER}": Harvey's documentation templates; its library takes any capitals line for a cue.
+    if t and (t[0].isalnum() or t[0] == "{") and _cue_like(t) and not _SCENE_START.match(t) and not t.endswith(":"):
         return t
     return None
 
