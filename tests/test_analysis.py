@@ -145,9 +145,12 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     text = session_text(live, name)
     play = fountain.loads(text)
     headings = [s.heading for s in play.scenes]
-    assert headings[1].startswith("INT. CHUNK ANALYSIS — big.md")
-    assert f"chunk: file=big.md, chunks={job.chunks}, model=TINY, boundary=paragraph, chunk-size=1500" in text
-    assert text.count("chunk-result:") == job.chunks and "synthesis: model=TINY — ok" in text
+    # Harvey's order (issue 26): the analysis, then the turn that asked with the answer as its reply;
+    # the note in Harvey's units and names (chunk-size in bytes, the raw model name) and ours (tokens).
+    assert headings[0].startswith("INT. CHUNK ANALYSIS — big.md") and " TALKING " in headings[1]
+    assert re.search(rf"chunk: file=big.md, chunks={job.chunks}, model={re.escape(job.model)}, boundary=paragraph, "
+                     rf"chunk-size={round(1500 * job.map_bpt)}, chunk-tokens=1500\]\]", text)
+    assert text.count("chunk-result:") == job.chunks and f"synthesis: model={job.model} — ok" in text
     turns = fountain.turns(play)
     assert len(turns) == 1 and turns[0].reply.startswith("SYNTHESIZED")
     assert fountain.dumps(fountain.loads(text)) == text                     # round-trips
@@ -179,7 +182,7 @@ def test_at_model_routes_every_map_and_synthesis_call(setup):
     chats = scripted.chats()
     assert chats and {c.body["model"] for c in chats} == {"other:7b"}
     assert all("@other" not in c.body["messages"][-1]["content"] for c in chats)
-    assert "model=OTHER" in session_text(live, name)
+    assert "model=other:7b" in session_text(live, name)   # the raw name, as Harvey writes it (issue 26)
 
 
 def test_unknown_model_is_reported_on_the_card_before_anything_starts(setup):
@@ -264,7 +267,7 @@ def test_cancel_closes_the_request_in_flight_then_synthesize_or_drop(setup):
     while "synthesis: model=" not in session_text(live, name) and time.monotonic() < deadline:
         time.sleep(0.02)
     text = session_text(live, name)
-    assert "— cancelled]]" in text and "synthesis: model=TINY — ok" in text
+    assert "— cancelled]]" in text and "synthesis: model=tiny:1b — ok" in text
 
 
 def test_drop_after_cancel_records_a_cancelled_scene_and_no_answer(setup):
@@ -407,7 +410,11 @@ def test_finished_jobs_leave_no_files_and_a_decided_answer_survives_a_crash(tmp_
     JobStore(jobs_dir).save(job)                           # job.json as the crash left it
     path = live.services.store.folder / f"{name}.spmd"
     play = fountain.loads(text_before)
-    del play.scenes[-2:]                                   # the analysis scene and the answer, not yet written
+    # the analysis and the answer not yet written: the asking turn alone (issue 26 writes them as
+    # Harvey does, the analysis scene before the asking turn, whose reply is the answer)
+    asked = fountain.turns(play)[0]
+    play.scenes = fountain.turn_scenes(fountain.Turn(asked.when, asked.user_text, harvey=asked.harvey),
+                                       "tester", str(config.workspace))
     path.write_text(fountain.dumps(play))
     live.close()
     again = make_live(config)

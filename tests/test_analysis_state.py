@@ -407,7 +407,8 @@ def test_the_answer_lands_after_the_asking_turn_though_the_user_chatted_meanwhil
     wait_settled(second, resumed)
     play = fountain.loads(session_text(second, name))
     headings = [s.heading for s in play.scenes]
-    assert headings[1].startswith("INT. CHUNK ANALYSIS — big.md")
+    # Harvey's order (issue 26): the analysis, the asking turn with its answer, then the later turn
+    assert headings[0].startswith("INT. CHUNK ANALYSIS — big.md") and len(headings) == 3
     turns = fountain.turns(play)
     assert [t.user_text for t in turns] == ["Summarize big.md", "meanwhile, a question"]
     assert turns[0].reply.startswith("SYNTHESIZED") and turns[0].analysis is not None

@@ -149,7 +149,7 @@ def test_harvey_file_is_rewritten_with_only_the_deliberate_fixes():
     text = (DATA / "harvey_exact.spmd").read_text(encoding="utf-8")
     expected = (text.replace("\nLLAMA3.1\n", "\n@LLAMA3.1\n")  # jouvence refuses LLAMA3.1 as a cue
                 .replace("\nPI2\n", "\n@PI2\n")  # digits
-                .replace("\n@pi2 analyze", "\n\\@pi2 analyze")  # "@" would force a cue mid-dialogue
+                .replace("\n@pi2 analyze", "\n\u200b@pi2 analyze")  # "@" would force a cue (a ZWSP: no "\\" reaches Harvey)
                 .replace("\nTHE END.\n", "\n>THE END.<\n"))  # fountain-py: plain THE END. is an orphan cue
     assert spmd.dumps(spmd.loads(text)) == expected
 
@@ -348,7 +348,8 @@ def test_fountain_tools_read_any_reply_as_the_models_dialogue(reply, model):
     cue = spmd.model_cue(model)
     assert [c for c, _ in fountain_py_cues(text)] == ["RSDOIEL", "HARVEY", cue]
     lines = spmd._encode_text(reply)
-    assert jouvence_dialogue(text) == [("RSDOIEL", _jouvence_view(lines)), ("HARVEY", "Forwarding to %s." % cue),
+    message = spmd._encode_text(spmd.split_mention(reply)[1])     # a leading @model goes to a note
+    assert jouvence_dialogue(text) == [("RSDOIEL", _jouvence_view(message)), ("HARVEY", "Forwarding to %s." % cue),
                                        (cue, _jouvence_view(lines))]
 
 
@@ -399,12 +400,13 @@ def test_jouvence_reads_the_replies_as_the_model_cues_dialogue():
     pairs = jouvence_dialogue(text)
     assert [c for c, _ in pairs] == ["RSDOIEL", "HARVEY", "LLAMA3.1"] * 3
     big = pairs[2][1].split("\n")
-    for line in ["WARNING", "THIS LINE IS ALL CAPS", "```c", "```", "CUT TO:"]:
+    for line in ["WARNING", "THIS LINE IS ALL CAPS", "```c", "```", "CUT TO:\u200b"]:   # (Harvey's transition)
         assert line in big
-    assert "\\#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
-    assert pairs[5][1] == "C code:\nint x = 1; /\\* one\n/\\* two */\n\\*/"  # "int" is only escaped first
+    assert "\u200b#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
+    # "int" lines get a zero width space (the terminal Harvey reads them as scene headings).
+    assert pairs[5][1] == "C code:\n\u200bint x = 1; /\\* one\n/\\* two */\n\u200b*/"
     # A cue-like first line is escaped, the others are not; the blank lines are kept (zero width space).
-    assert pairs[8][1] == "\\PLAIN\n\u200b\nCAPS\n\u200b\nLINES"
+    assert pairs[8][1] == "\u200bPLAIN\n\u200b\nCAPS\n\u200b\nLINES"
     assert [s.header for s in JouvenceParser().parseString(text).scenes][1:] == [
         "INT. HARVEY AND RSDOIEL TALKING 2026-06-27 10:04:00"] * 3
 
@@ -587,7 +589,7 @@ FADE IN:
 
 INT. CHUNK ANALYSIS — doc.md 2026-06-27 10:04:08
 
-[[chunk: file=doc.md, chunks=2, model=LLAMA3, boundary=paragraph, chunk-size=6000]]
+[[chunk: file=doc.md, chunks=2, model=LLAMA3, boundary=paragraph, chunk-tokens=6000]]
 
 RSDOIEL
 Summarize each section.
@@ -653,7 +655,7 @@ def test_the_round_trip_check_catches_a_harvey_style_writer(monkeypatch):
     """Guard against tests that cannot fail: with Harvey's raw writing the checks above go red."""
     monkeypatch.setattr(spmd, "_encode_line", lambda line, first: line)
     monkeypatch.setattr(spmd, "_decode_line", lambda line: line)
-    texts = ["", "\nleading blank", "a\n\nINT. KITCHEN", "a\n\nRSDOIEL\nhi", "a\n\n\nb"]
+    texts = ["", "\nleading blank", "a\n\nINT. KITCHEN 2026-01-01 10:00", "a\n\nRSDOIEL\nhi", "a\n\n\nb"]
     lost = [t for t in texts if spmd.turns(spmd.loads(session_text(one_turn("q", t))))[0].reply != t]
     assert lost == texts
     assert FountainParser().validate(session_text(one_turn("q", NASTY_REPLY))) != []

@@ -271,22 +271,29 @@ def harvey_recording(user: str, model: str, exchanges: list[tuple[str, str]], wh
     return "".join(out)
 
 
+def visible(text: str) -> str:
+    """What a reader sees of a text Harvey's model gets: without zero width spaces."""
+    return text.replace("\u200b", "")
+
+
 def recovered(replay: HarveyReplay, exchanges: list[tuple[str, str]]) -> dict:
     """What Harvey's replay got back, counted against what was written.
 
     A turn counts when Harvey's user line is the start of the message written; a reply's characters
     count when Harvey's reply is the start of the reply written, otherwise Harvey took another line for
-    the reply and nothing counts (``wrong_replies``). A leading escape backslash is not counted.
+    the reply and nothing counts (``wrong_replies``). Zero width spaces (our writer's invisible guard for
+    ``#``-like lines) are not counted; a backslash is (none may reach Harvey's model).
     """
     turns = chars = wrong = 0
     pending = list(replay.turns)
     for message, reply in exchanges:
-        match = next((t for t in pending if t[0] and message.strip().startswith(t[0].removeprefix("\\"))), None)
+        said = spmd.split_mention(message)[1]        # a leading @model is recorded in a note, as Harvey does
+        match = next((t for t in pending if t[0] and said.strip().startswith(visible(t[0]))), None)
         if match is None:
             continue
         pending = pending[pending.index(match) + 1:]
         turns += 1
-        got = match[1].removeprefix("\\")
+        got = visible(match[1])
         if got and reply.strip().startswith(got):
             chars += len(got)
         elif got:
@@ -425,7 +432,8 @@ def test_screenplain_reads_every_reply_line_of_our_file(harvey_app):
 
 def test_the_comparison_fails_for_a_writer_that_keeps_two_space_blank_lines(harvey_app, monkeypatch):
     """Guard: the count above can fail; with Fountain's two-space blank lines Harvey mistakes replies."""
-    monkeypatch.setattr(spmd, "BLANK_LINE", "  ")
+    encode = spmd._encode_line
+    monkeypatch.setattr(spmd, "_encode_line", lambda line, first: "  " if not line and not first else encode(line, first))
     ours = recovered(HarveyReplay.read(written_by_the_app(harvey_app)), CONVERSATION)
     assert ours["wrong_replies"] > 0
 
@@ -459,10 +467,10 @@ def test_multi_model_turn_round_trips_and_stays_one_turn():
     (back,) = spmd.turns(spmd.loads(text))
     assert back == dataclasses.replace(turn, model="MISTRAL")
     assert FountainParser().validate(text) == []
-    # Harvey's own reader takes the last model's reply (the first line of B) and the message with its
-    # escape: its Fountain library takes a line starting "@" for a cue, so from its own recording of an
-    # @mention message it gets no turn at all.
-    assert HarveyReplay.read(text).turns == [("\\@a @b compare", "B says.")]
+    # Harvey's own reader takes the last model's reply (the first line of B) and the message without its
+    # mentions, as Harvey records it (issue 26): its Fountain library takes a line starting "@" for a cue,
+    # so from a recording that kept the mention it gets no turn at all.
+    assert HarveyReplay.read(text).turns == [("compare", "B says.")]
     own = harvey_recording("rsdoiel", "mistral:latest", [("@a @b compare", "B says.")], WHEN)
     assert HarveyReplay.read(own).turns == []
 
@@ -494,7 +502,8 @@ def test_chunk_analysis_in_harveys_recorder_layout():
     assert summary.user_text == "Summarize report.md for me."
     assert summary.reply == "The report compares three machines; the second wins."
     a = summary.analysis
-    assert (a.file, a.chunks, a.model, a.boundary, a.chunk_size) == ("report.md", 2, "llama3.1:8b", "paragraph", 6000)
+    assert (a.file, a.chunks, a.model, a.boundary, a.chunk_bytes) == ("report.md", 2, "llama3.1:8b", "paragraph", 6000)
+    assert a.chunk_size == 0                                            # Harvey's chunk-size is bytes (issue 26)
     assert a.replies == {1: "Part one describes the setup.\n\nIt lists three machines.", 2: "Part two reports the results."}
     assert a.answer == "The report sets up three machines and measures them.\n\nResults favour the second."
     assert (a.instruction, a.results, a.synthesis) == ("", ["ok", "ok"], "ok")
@@ -615,10 +624,12 @@ def test_harvey_reads_back_a_session_continued_here(harvey_app):
     replay = HarveyReplay.read(live.services.store.path(session).read_text(encoding="utf-8"))
     own = HarveyReplay.read((DATA / "harvey_multi_model.spmd").read_text(encoding="utf-8"))
     assert own.turns == [("Which tests first?", "The parser's edge cases.")]  # "@..." lines are cues to it
-    assert replay.turns == [("\\@mistral review this, then @llama3.1 give a second opinion",
+    # Harvey's own scenes are kept as they were (re-encoded element by element, not as our turns): their
+    # "@mistral" line reaches Harvey with a zero width space, where its own file gave it no turn at all.
+    assert replay.turns == [("\u200b@mistral review this, then @llama3.1 give a second opinion",
                              "Second opinion: I agree, but consider adding tests."),
                             ("Which tests first?", "The parser's edge cases."),
-                            ("\\@mistral @llama3.1 compare your approaches", "Mine differs: one test per rule."),
+                            ("\u200b@mistral @llama3.1 compare your approaches", "Mine differs: one test per rule."),
                             ("One more thing?", "You said: One more thing?")]
     assert replay.user == "TESTER" and replay.model == "MISTRAL"          # the model the new turn went to
 

@@ -87,7 +87,9 @@ def store(tmp_path):
     return SessionStore(folder, user_name="tester", backend="ollama", workspace=str(tmp_path))
 
 
-def test_the_index_keeps_both_layouts_instructions_and_skips_the_recorders(store):
+def test_the_index_keeps_both_layouts_instructions_and_learns_the_recorders_asking_message(store):
+    """Issue 26: Harvey's recorder writes no instruction; its analysis of a message learns that message,
+    its /read-chunks (no message, no instruction in the file) gives nothing."""
     shutil.copy(DATA / "seed000_chunk.spmd", store.folder / "harvey-session-20260627-100400.spmd")
     shutil.copy(DATA / "harvey_chunk_recorder.spmd", store.folder / "harvey-session-20260628-090000.spmd")
     name = store.create("tiny:1b", now=T0).name
@@ -95,6 +97,8 @@ def test_the_index_keeps_both_layouts_instructions_and_skips_the_recorders(store
     got = store.index().instructions()
     assert [(i.text, i.file, i.when, i.session) for i in got] == [
         ("Extract every date.", "plan.pdf", T0, name),
+        ("Summarize report.md for me.", "report.md", datetime(2026, 6, 28, 9, 0, 10),
+         "harvey-session-20260628-090000"),
         ("Summarize the methodology and findings of each section. @llama3", "document.md",
          datetime(2026, 6, 27, 10, 4, 8), "harvey-session-20260627-100400")]
 
@@ -155,9 +159,10 @@ def test_a_new_card_lists_past_instructions_best_first_and_a_new_one_shows_up_ne
     live, scripted = app
     name = live.open_session()
     fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize the methodology in big.md"}).text
-    assert offered(fragment) == ["Quote the definitions.", "Find every date. @tiny:1b",
+    # The terminal Harvey's analysis of "Summarize report.md for me." offers that message (issue 26).
+    assert offered(fragment) == ["Quote the definitions.", "Find every date. @tiny:1b", "Summarize report.md for me.",
                                  "Summarize the methodology and findings of each section. @llama3",
-                                 "Name the functions.", "List the tables of each chunk."]   # neither kind: newest
+                                 "Name the functions."]
     assert ">Find every date.</span>" in fragment and "@tiny:1b</span>" in fragment   # label without, meta with
     assert scripted.chats() == []
     job = live.services.jobs.open_for(name)

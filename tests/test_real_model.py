@@ -103,7 +103,7 @@ def test_three_chunk_analysis_end_to_end(tmp_path, demo_model, make_live):
     assert sum(1 for e, _, _ in events if e == "partial") == job.chunks
     assert all(r.status == "ok" and r.text for r in job.results.values())
     text = (live.services.store.folder / f"{session}.spmd").read_text()
-    assert "INT. CHUNK ANALYSIS — notes.md" in text and "synthesis: model=SMOLLM2 — ok" in text
+    assert "INT. CHUNK ANALYSIS — notes.md" in text and f"synthesis: model={MODEL} — ok" in text   # the raw name (issue 26)
     assert fountain.turns(fountain.loads(text))[-1].reply
 
 

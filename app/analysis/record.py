@@ -32,8 +32,10 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
             results.append("ok")
         else:
             results.append(f"error: {r.error}")
-    return fountain.ChunkAnalysis(file=job.file, chunks=job.total, model=fountain.model_cue(job.model),
+    # Harvey's units and names in the chunk note: the raw model name, chunk-size in bytes (issue 26).
+    return fountain.ChunkAnalysis(file=job.file, chunks=job.total, model=job.model,
                                   boundary=job.boundary, chunk_size=job.size_tokens,
+                                  chunk_bytes=round(job.size_tokens * job.map_bpt),
                                   instruction=job.instruction, when=datetime.now().replace(microsecond=0),
                                   results=results, synthesis=synthesis, passages=passages(job),
                                   source=job.source or None, relevant=job.relevant_count)

@@ -125,6 +125,7 @@ Chunk analysis: :class:`ChunkAnalysis`, :func:`chunk_scene`,
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -222,6 +223,10 @@ class ChunkAnalysis:
     passages: dict[int, "Passage"] = field(default_factory=dict)
     source: str | None = None
     relevant: int | None = None
+    # The terminal Harvey sizes chunks in bytes and names the file's type ("prose"): ``chunk_size``
+    # is in tokens (this app's unit; 0 when a file does not say), ``chunk_bytes`` in bytes.
+    chunk_bytes: int | None = None
+    kind: str = "prose"
 
 
 @dataclass
@@ -281,6 +286,8 @@ class Turn:
     # ``shared`` when another turn has text in one of those scenes (Harvey's own files).
     scenes: tuple[int, int] | None = field(default=None, compare=False, repr=False)
     shared: bool = field(default=False, compare=False, repr=False)
+    # A later turn asks this one again (regenerate, edit): the store sets it, the heading keeps it.
+    superseded: bool = field(default=False, compare=False, repr=False)
 
 
 # ------------------------------------------------------------ line escaping
@@ -301,6 +308,13 @@ _DOUBLE_BRACKET = re.compile(r"\[(\\*)(?=\[)")
 _DOUBLE_BRACKET_ESC = re.compile(r"\[\\(\\*)(?=\[)")
 _CARRIAGE = re.compile(r"(\\*)([\r\u240d])")
 _CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
+# Rule 5: in-line shapes the terminal Harvey's Fountain library misreads, each broken by a zero
+# width space at one place (a run already there gets one more, so the rule is a bijection):
+# " -" anywhere makes a line a scene heading, and so does a "#" at its end; a line ending "TO:" or
+# "IN:", or holding "THE END.", is a transition (on a dialogue's first line the cue is lost).
+_GO_TRAPS = [(re.compile(pattern.replace("ZW", r"(?P<zw>\u200b*)")),
+              re.compile(pattern.replace("ZW", r"\u200b(?P<zw>\u200b*)")))
+             for pattern in (r" ZW-", r"#ZW\s*$", r"(?:TO|IN):ZW$", r"THE ENDZW\.")]
 
 
 def _cue_like(t: str) -> bool:
@@ -323,31 +337,51 @@ def _structural(line: str, broad: bool) -> bool:
     if not t or t == BLANK_LINE:
         return True
     c = t[0]
-    if c == "\\":
+    if c == "\\" or c == BLANK_LINE:
         return False
-    if c in "!@#~=>":
+    if c in "!@#~=>.":
+        # "..." is text to Fountain; the terminal Harvey takes any "." line for a scene heading.
         return True
-    if c == ".":
-        # "..." is text to Fountain; the terminal Harvey takes it for a scene heading,
-        # which costs it the reply when it is the first line.
-        return t[1:2] != "." or broad
     # "(a) ..." is a parenthetical to the terminal Harvey, whose next line would replace the reply.
     if (c == "(" and ")" in t) or t == "*/" or _SCENE_START_UPPER.match(t) or t.upper() in _GO_END_LINES:
         return True
-    # First lines only: the terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case,
-    # "Interesting ...") as a scene heading, where the reply would be lost.
-    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)) or t[:3].upper() in ("INT", "EXT", "I/E"))
+    # The terminal Harvey reads a line starting "int"/"ext"/"i/e" (any case, "Interesting ...") as a
+    # scene heading: in a message that ends the chat scene for it (the reply is lost), and on a
+    # first line the turn.  "FADE TO..." on a first line is a transition to it (the cue is lost).
+    if t[:3].upper() in ("INT", "EXT", "I/E") or t.startswith("FADE TO"):
+        return True
+    return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
+
+
+def _spaced(t: str) -> bool:
+    """A stripped line a leading space protects: "(a) ext4 ..." (not a whole "(aside)", which jouvence
+    would still take for a parenthetical).  Harvey's parenthetical test does not strip the line, and
+    its replay trims the space, so nothing extra reaches its model."""
+    return t[:1] == "(" and ")" in t and not t.endswith(")")
 
 
 def _escape_inline(s: str) -> str:
-    """Break ``/*`` and ``[[`` and hide CR, reversibly (rules 3 and 4)."""
+    """Break ``/*`` and ``[[``, hide CR, and defuse the terminal Harvey's in-line traps, reversibly
+    (rules 3, 4 and 5)."""
     if "/" in s:
         s = _SLASH_STAR.sub(lambda m: "/\\" + m[1], s)
     if "[" in s:
         s = _DOUBLE_BRACKET.sub(lambda m: "[\\" + m[1], s)
     if "\r" in s or _CR_SYMBOL in s:
         s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] == _CR_SYMBOL)) + _CR_SYMBOL, s)
+    for trap, _ in _GO_TRAPS:
+        s = trap.sub(_one_more_zw, s)
     return s
+
+
+def _one_more_zw(m: re.Match[str]) -> str:
+    """The trap's zero-width-space run (group "zw") gets one more: the writer's half of rule 5."""
+    return m.string[m.start():m.start("zw")] + BLANK_LINE + m.string[m.start("zw"):m.end()]
+
+
+def _one_less_zw(m: re.Match[str]) -> str:
+    """The reader's half of rule 5: the run (at least one, the writer's) gets one less."""
+    return m.string[m.start():m.start("zw") - 1] + m.string[m.start("zw"):m.end()]
 
 
 def _cr_back(m: re.Match[str]) -> str:
@@ -361,6 +395,9 @@ def _unescape_inline(s: str) -> str:
         s = _SLASH_STAR_ESC.sub(lambda m: "/" + m[1], s)
     if "[\\" in s:
         s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
+    if BLANK_LINE in s:
+        for _, escaped in _GO_TRAPS:
+            s = escaped.sub(_one_less_zw, s)
     if _CR_SYMBOL in s:
         s = _CARRIAGE_ESC.sub(_cr_back, s)
     return s
@@ -371,19 +408,27 @@ def _encode_line(line: str, first: bool) -> str:
     if not line and not first:
         return BLANK_LINE
     e = _escape_inline(line)
-    core = e.lstrip("\\")
-    # A line already starting with "\" must keep its backslashes whenever the
+    core = e.lstrip(_PREFIXES)
+    # A line already starting with "\" or a zero width space gets one more whenever the
     # reader would otherwise take one of them for our prefix.
     if _structural(core, broad=first or core != e):
-        return "\\" + e
+        return (" " if _spaced(e.strip()) else BLANK_LINE) + e
     return e
 
 
+_PREFIXES = "\\" + BLANK_LINE
+
+
 def _decode_line(e: str) -> str:
-    """Read one written text line back (context-free, so any position decodes alike)."""
+    """Read one written text line back (context-free, so any position decodes alike).
+
+    Our prefix is a leading space (``_spaced``) or a zero width space; files written
+    before issue 26 used a backslash, which is still read."""
     if not e.strip() or e == BLANK_LINE:  # our blank line, or Fountain's two spaces (older files)
         return ""
-    if e[0] == "\\" and _structural(e.lstrip("\\"), broad=True):
+    if e[0] == " " and _spaced(e.strip()):
+        e = e[1:]
+    elif e[0] in _PREFIXES and _structural(e.lstrip(_PREFIXES), broad=True):
         e = e[1:]
     return _unescape_inline(e)
 
@@ -429,7 +474,8 @@ def _cue_name(line: str) -> str | None:
     t = line.strip()
     if t.startswith("@"):
         return t[1:].strip() or None
-    if t and t[0].isalnum() and _cue_like(t) and not _SCENE_START.match(t) and not t.endswith(":"):
+    # "{USER}": Harvey's documentation templates; its library takes any capitals line for a cue.
+    if t and (t[0].isalnum() or t[0] == "{") and _cue_like(t) and not _SCENE_START.match(t) and not t.endswith(":"):
         return t
     return None
 
@@ -581,7 +627,7 @@ def _is_dialogue_block(block: list[str]) -> bool:
 def _add_block(play: Screenplay, block: list[str]) -> None:
     """Classify one paragraph and append it to the play."""
     first = block[0].strip()
-    if len(block) == 1 and _HEADING.match(first):
+    if len(block) == 1 and _HEADING.match(first) and not _reply_line(play, first):
         play.scenes.append(Scene(heading=_one_line(first)))
         return
     if len(block) == 1 and (_END.fullmatch(first) or (first == "FADE IN:" and not play.scenes)):
@@ -589,6 +635,21 @@ def _add_block(play: Screenplay, block: list[str]) -> None:
     if not play.scenes:
         play.scenes.append(Scene(heading=""))
     play.scenes[-1].elements += _block_elements(block)
+
+
+_FULL_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2})?\s*$")
+
+
+def _reply_line(play: Screenplay, line: str) -> bool:
+    """A heading-like line inside a TALKING scene that is reply text, not a heading.
+
+    The terminal Harvey writes reply text raw ("INT. THIS LOOKS LIKE A HEADING" alone
+    between blank lines) and ends every heading it writes with a time stamp; so does
+    this app, except for a turn without a time, whose TALKING or CHUNK heading is kept.
+    """
+    if not play.scenes or not _TALKING.fullmatch(play.scenes[-1].heading):
+        return False
+    return not (_FULL_STAMP.search(line) or _TALKING.fullmatch(line) or _CHUNK_HEADING.fullmatch(line))
 
 
 def _block_elements(block: list[str]) -> list[Element]:
@@ -713,7 +774,10 @@ def chat_scene(turn: Turn, user_name: str, workspace: str) -> Scene:
     els = [Element("action", f"Harvey and {user} are in chat mode.{mode} Workspace: {workspace}.")]
     els += [Element("note", n) for n in turn.notes if _is_switch(n)]
     if turn.user_text is not None:
-        els.append(Element("dialogue", turn.user_text, user))
+        mention, message = split_mention(turn.user_text)
+        if mention:
+            els.append(Element("note", mention_note(mention)))
+        els.append(Element("dialogue", message, user))
         if cue:
             els.append(Element("dialogue", f"Forwarding to {cue}.", HARVEY))
     if turn.harvey is not None:
@@ -727,7 +791,54 @@ def chat_scene(turn: Turn, user_name: str, workspace: str) -> Scene:
     els += [Element("note", n) for n in turn.notes if not _is_switch(n)]
     if turn.stats:
         els.append(Element("action", turn.stats))
-    return Scene(f"INT. HARVEY AND {user} TALKING {when}".rstrip(), els)
+    aside = f", {_SUPERSEDED}" if turn.superseded else f", {_UNANSWERED}" if _unanswered(turn) else ""
+    return Scene(f"INT. HARVEY AND {user} TALKING{aside} {when}".rstrip(), els)
+
+
+# A turn the app leaves out of the model's history keeps a TALKING heading that the terminal Harvey's
+# replay skips (it looks for " TALKING "), so its --continue leaves it out too; our reader reads it.
+_SUPERSEDED = "REPLACED"
+_UNANSWERED = "UNANSWERED"
+_ASIDE = re.compile(rf"\s*,\s*(?P<aside>{_SUPERSEDED}|{_UNANSWERED})\b", re.IGNORECASE)
+
+
+def _unanswered(turn: Turn) -> bool:
+    """A message without a reply (pending, failed, declined): Harvey would send it alone."""
+    return turn.user_text is not None and turn.reply is None and not turn.more
+
+
+# The terminal Harvey's @mention, as the app strips it from the history (chat/prepare.py MENTION_AT_START).
+_MENTION = re.compile(r"^\s*@([\w.:/\-]+)\s*")
+_MENTION_NOTE = "mention:"
+
+
+def split_mention(text: str) -> tuple[str, str]:
+    """(leading ``@model`` mentions as typed, the message Harvey records): the prefix the app's history drops."""
+    rest = text
+    while rest.startswith("@") and (m := _MENTION.match(rest)):
+        rest = rest[m.end():]
+    return text[:len(text) - len(rest)], rest
+
+
+def mention_note(prefix: str) -> str:
+    """``mention: @a @b`` for the usual "@a @b " prefix; its exact characters as JSON otherwise."""
+    words = prefix.split()
+    if prefix == " ".join(words) + " ":
+        return f"{_MENTION_NOTE} {' '.join(words)}"
+    return f"{_MENTION_NOTE} " + json.dumps(prefix).replace(" ", "\\u0020")
+
+
+def _read_mention(note: str) -> str | None:
+    """The typed prefix a mention note records, or None for any other note."""
+    if not note.startswith(_MENTION_NOTE):
+        return None
+    value = note[len(_MENTION_NOTE):].strip()
+    if value.startswith('"'):
+        try:
+            return str(json.loads(value))
+        except ValueError:
+            return None
+    return value + " "
 
 
 def turn_scenes(turn: Turn, user_name: str, workspace: str) -> list[Scene]:
@@ -742,15 +853,10 @@ def turn_scenes(turn: Turn, user_name: str, workspace: str) -> list[Scene]:
     if turn.reply is None:
         ask = replace(turn, model=None, analysis=None)
         return [chat_scene(ask, user_name, workspace), chunk_scene(turn.analysis, user_name)]
-    switches = [n for n in turn.notes if _is_switch(n)]
-    rest = [n for n in turn.notes if not _is_switch(n)]
-    ask = Turn(turn.when, turn.user_text, notes=switches, harvey=turn.harvey)
-    answer = Turn(turn.when, None, turn.model, turn.reply, turn.stats, rest, more=turn.more)
-    return [
-        chat_scene(ask, user_name, workspace),
-        chunk_scene(turn.analysis, user_name),
-        chat_scene(answer, user_name, workspace),
-    ]
+    # Answered: the terminal Harvey's order, the analysis first, then the turn with its answer as the
+    # reply, so its --continue gets the answer (it drops a scene without a user line).
+    return [chunk_scene(turn.analysis, user_name, before=True),
+            chat_scene(replace(turn, analysis=None), user_name, workspace)]
 
 
 def turns(play: Screenplay) -> list[Turn]:
@@ -777,16 +883,19 @@ def turns(play: Screenplay) -> list[Turn]:
         if m:
             before = len(reader.out)
             reader.scene(scene, m["user"].strip(), _timestamp(m["rest"]))
+            if _ASIDE.match(m["rest"] or "") and _ASIDE.match(m["rest"])["aside"].upper() == _SUPERSEDED:
+                for turn in reader.out[before:]:
+                    turn.superseded = True
             if pending:
                 reader.place(*pending, at=before, next_scene=i)
                 pending = None
         elif read := _read_chunk(scene):
-            analysis, asked = read
+            analysis, asked, first = read
             if pending:
                 reader.place(*pending, at=len(reader.out), next_scene=None)
                 pending = None
-            if not asked:
-                pending = (analysis, i)
+            if first or not asked:
+                pending = (analysis, i, asked)
             elif reader.out:
                 reader.out[-1].analysis = analysis
                 reader.out[-1].scenes = (reader.out[-1].scenes[0], i)
@@ -817,9 +926,11 @@ class _TurnReader:
         self.user = ""
         self.when: datetime | None = None
         self.index = 0               # the scene being read
+        self.mention = ""            # a mention note's prefix, waiting for the user's line
 
     def scene(self, scene: Scene, user: str, when: datetime | None) -> None:
         self.user, self.when, self.target, self.described = user.upper(), when, None, None
+        self.mention = ""
         for el in scene.elements:
             if el.kind == "dialogue":
                 self.dialogue(el)
@@ -841,8 +952,8 @@ class _TurnReader:
         speaker = el.character.split("(", 1)[0].strip().upper()
         text = f"({el.paren})\n{el.text}" if el.paren else el.text
         if speaker == self.user:
-            self.start(text)
-            self.target = "user"
+            self.start(self.mention + text)
+            self.target, self.mention = "user", ""
         elif speaker == HARVEY:
             if self.cur is None:
                 self.start(None)
@@ -884,6 +995,9 @@ class _TurnReader:
 
     def note(self, text: str) -> None:
         self.target = None
+        if (prefix := _read_mention(text)) is not None:
+            self.mention = prefix          # the message's @model, typed before the words Harvey keeps
+            return
         cur = self.cur
         answered = cur is not None and (cur.reply is not None or cur.harvey is not None)
         if cur is None or (_is_switch(text) and answered):
@@ -921,11 +1035,14 @@ class _TurnReader:
         else:
             self.out.append(cur)
 
-    def place(self, analysis: ChunkAnalysis, index: int, at: int, next_scene: int | None) -> None:
-        """Put a chunk analysis in the terminal Harvey's layout with its turn (see ``turns``)."""
+    def place(self, analysis: ChunkAnalysis, index: int, asked: bool, at: int, next_scene: int | None) -> None:
+        """Put a chunk analysis in the terminal Harvey's layout with its turn (see ``turns``).
+
+        Ours (it holds the instruction) always belongs to the turn right after it; Harvey's
+        only when that turn's message names the file (else it is a ``/read-chunks``)."""
         first = self.out[at] if at < len(self.out) else None
-        if (first is not None and next_scene == index + 1 and first.analysis is None and first.user_text
-                and analysis.file and analysis.file in first.user_text):
+        if (first is not None and next_scene == index + 1 and first.analysis is None and first.user_text is not None
+                and (asked or (analysis.file and analysis.file in first.user_text))):
             first.analysis = analysis
             first.scenes = (index, first.scenes[1])
             return
@@ -941,7 +1058,7 @@ def _join(old: str | None, new: str) -> str:
 
 _CHUNK_NOTE = re.compile(
     r"chunk:\s*file=(?P<file>.*?),\s*chunks=(?P<chunks>\d+),\s*model=(?P<model>.*?),"
-    r"\s*boundary=(?P<boundary>.*?),\s*chunk-size=(?P<size>\d+)"
+    r"\s*boundary=(?P<boundary>.*?)(?:,\s*chunk-size=(?P<size>\d+))?(?:,\s*chunk-tokens=(?P<tokens>\d+))?"
 )
 _RESULT_NOTE = re.compile(r"chunk-result:\s*\d+\s*/\s*\d+\s+(?:—|–|--?)\s+(?P<status>.*)")
 _PASSAGE_NOTE = re.compile(
@@ -952,25 +1069,31 @@ _SOURCE_NOTE = re.compile(r"chunk-source:\s*(?P<source>\S+)")
 _RELEVANT_NOTE = re.compile(r"chunk-relevant:\s*(?P<n>\d+)\s*/\s*\d+")
 _SYNTHESIS_NOTE = re.compile(r"synthesis:\s*model=(?P<model>.*?)\s+(?:—|–|--?)\s+(?P<status>.*)")
 _CHUNK_PAREN = re.compile(r"chunk\s+(\d+)\s*/\s*\d+")
-_CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type \S+\.")
+_CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type (?P<kind>\S+)\.")
 SYNTHESIZING = "Synthesizing results."
 
 
-def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
+def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -> Scene:
     """The INT. CHUNK ANALYSIS scene of seed 000 (status only, never chunk content).
 
     Replies the analysis holds (read from the terminal Harvey's file) are
     written the way its recorder writes them: the model's cue with
     ``(chunk i/N)`` before each result note, HARVEY's "Synthesizing results."
-    and ``(synthesis)`` before the synthesis note.
+    and ``(synthesis)`` before the synthesis note.  ``before``: the scene stands before the
+    turn that asked (the terminal Harvey's order, for an answered analysis); it then opens with
+    Harvey's "Harvey processes FILE as N chunks of type KIND." line, which tells the reader so.
+    The chunk note gives ``chunk-size`` in bytes as Harvey does, and this app's tokens as
+    ``chunk-tokens``.
     """
     a = analysis
     when = a.when.strftime(TS_FORMAT) if a.when else ""
     user = _user_cue(user_name)
     cue = model_cue(a.model)
-    els = [
+    size = f", chunk-size={a.chunk_bytes}" if a.chunk_bytes is not None else ""
+    els = [Element("action", f"Harvey processes {a.file} as {a.chunks} chunks of type {a.kind}.")] if before else []
+    els += [
         Element("note", f"chunk: file={a.file}, chunks={a.chunks}, model={a.model}, "
-                        f"boundary={a.boundary}, chunk-size={a.chunk_size}"),
+                        f"boundary={a.boundary}{size}, chunk-tokens={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
     if a.source:
@@ -1027,19 +1150,24 @@ def read_chunk_scene(scene: Scene) -> ChunkAnalysis | None:
     return read[0] if read else None
 
 
-def _read_chunk(scene: Scene) -> tuple[ChunkAnalysis, bool] | None:
-    """The analysis and whether the scene holds the user's instruction (seed 000's layout)."""
+def _read_chunk(scene: Scene) -> tuple[ChunkAnalysis, bool, bool] | None:
+    """The analysis, whether the scene holds the user's instruction (seed 000's layout, ours), and
+    whether it opens with Harvey's "Harvey processes ..." line (it stands before its turn)."""
     m = _CHUNK_HEADING.fullmatch(scene.heading)
     if not m:
         return None
     when = _timestamp(m["rest"])
     heading_file = _TIMESTAMP.sub("", m["rest"]).strip()
     a = ChunkAnalysis(heading_file, 0, "", "", 0, "", when)
-    asked = False
+    asked = first = False
+    sizes: dict[str, int] = {}     # the chunk note's chunk-size and chunk-tokens, as given
     last: int | str | None = None  # the reply a cut-off paragraph continues
     for el in scene.elements:
+        if el.kind == "action" and (processes := _CHUNK_ACTION.fullmatch(el.text)):
+            first, a.kind = True, processes["kind"]
+            continue
         if el.kind == "note":
-            _read_chunk_note(a, " ".join(el.text.split()))
+            _read_chunk_note(a, " ".join(el.text.split()), sizes)
             last = None
         elif el.kind == "dialogue":
             paren, last = " ".join(el.paren.split()).lower(), None
@@ -1055,13 +1183,27 @@ def _read_chunk(scene: Scene) -> tuple[ChunkAnalysis, bool] | None:
                 a.answer += "\n\n" + el.text
             else:
                 a.replies[last] += "\n\n" + el.text
-    return a, asked
+    _settle_units(a, asked, sizes)
+    return a, asked, first
 
 
-def _read_chunk_note(a: ChunkAnalysis, note: str) -> None:
+def _settle_units(a: ChunkAnalysis, asked: bool, sizes: dict[str, int]) -> None:
+    """Which unit the note's ``chunk-size`` is in: with ``chunk-tokens`` beside it, bytes (ours since
+    issue 26); without, tokens in a scene holding an instruction (seed 000, our older files) and bytes
+    in the terminal Harvey's (its recorder writes ``ChunkConfig`` sizes in bytes)."""
+    if "tokens" in sizes:
+        a.chunk_size, a.chunk_bytes = sizes["tokens"], sizes.get("size")
+    elif "size" in sizes and not asked:
+        a.chunk_size, a.chunk_bytes = 0, sizes["size"]
+    else:
+        a.chunk_size = sizes.get("size", 0)
+
+
+def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None:
     if m := _CHUNK_NOTE.fullmatch(note):
-        a.file, a.chunks, a.model = m["file"], int(m["chunks"]), m["model"]
-        a.boundary, a.chunk_size = m["boundary"], int(m["size"])
+        a.file, a.chunks, a.model, a.boundary = m["file"], int(m["chunks"]), m["model"], m["boundary"]
+        sizes.clear()
+        sizes.update({key: int(m[key]) for key in ("size", "tokens") if m[key] is not None})
     elif m := _RESULT_NOTE.fullmatch(note):
         a.results.append(m["status"])
     elif m := _PASSAGE_NOTE.fullmatch(note):

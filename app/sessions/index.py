@@ -134,16 +134,22 @@ def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
     return Summary(name=name, title=page.get("Title", "Harvey Session"), date=page.get("Date") or _name_date(name),
                    models=models, turns=len(turns), analysis=bool(analyses), size=key[1], key=key,
                    text="\n".join(words).casefold(), preview=preview(turns),
-                   instructions=_instructions(name, analyses))
+                   instructions=_instructions(name, turns))
 
 
-def _instructions(name: str, analyses: list[fountain.ChunkAnalysis]) -> tuple[Instruction, ...]:
+def _instructions(name: str, turns: list[fountain.Turn]) -> tuple[Instruction, ...]:
     """The analyses' instructions, newest ``INSTRUCTIONS_PER_SESSION``.
 
-    The terminal Harvey's recorder writes no instruction line: those scenes give none.
+    The terminal Harvey's recorder writes no instruction line: its analysis run for a message
+    learns that message (the closest thing to an instruction the file holds); a ``/read-chunks``
+    scene records neither its instruction nor a message, so it gives none.
     """
-    found = [Instruction(a.instruction, a.file, a.when, name) for a in analyses
-             if a.instruction.strip() and len(a.instruction) <= INSTRUCTION_CHARS]
+    found = []
+    for turn in turns:
+        a = turn.analysis
+        text = (a.instruction or turn.user_text or "") if a is not None else ""
+        if text.strip() and len(text) <= INSTRUCTION_CHARS:
+            found.append(Instruction(text, a.file, a.when, name))
     return tuple(found[-INSTRUCTIONS_PER_SESSION:])
 
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import Conflict, NotFound
-from . import fountain
+from . import fountain, notes
 from ..storage import atomic_write_text, fsync_folder
 from .index import SessionIndex
 from .names import NAME_RE, SUFFIX, valid_name  # noqa: F401 (re-exported)
@@ -179,8 +179,25 @@ class SessionStore:
         with self.lock(name):
             session = self.load(name)
             end = len(session.play.scenes)
-            session = self._splice(session, end, end, self._scenes(turn), len(session.turns))
+            start, before = self._set_superseded(session, notes.is_retry(turn.notes))
+            session = self._splice(session, start, end, [*before, *self._scenes(turn)], len(session.turns))
             return session, len(session.turns) - 1
+
+    def _set_superseded(self, session: Session, superseded: bool) -> tuple[int, list[fountain.Scene]]:
+        """The last turn's scenes rewritten as (not) superseded, and where they start; nothing to do: (end, []).
+
+        A retry takes the turn before it out of the history; its heading says so, so the terminal
+        Harvey's --continue leaves it out too. Dropping the retry brings it back. Both go in the
+        same write as the turn itself.
+        """
+        end = len(session.play.scenes)
+        last = session.turns[-1] if session.turns else None
+        if last is None or last.superseded == superseded or last.scenes is None or last.shared:
+            return end, []
+        first, stop = last.scenes
+        marked = copy.deepcopy(last)
+        marked.superseded = superseded
+        return first, [*self._scenes(marked), *session.play.scenes[stop + 1:]]
 
     def replace_turn(self, name: str, index: int, turn: fountain.Turn, expect: str | None) -> Session:
         """Write ``turn`` in place of turn ``index`` (whose user text must be ``expect``).
@@ -210,6 +227,11 @@ class SessionStore:
             if index != len(session.turns) - 1:
                 raise TurnMoved(f"Turn {index + 1} is no longer the last turn of this session. Reload the page.")
             first, last = self._span(session, index, expect)
+            if notes.is_retry(session.turns[index].notes) and index > 0:
+                kept = Session(name, fountain.Screenplay(session.play.title_page, session.play.scenes[:first]))
+                kept._turns = session.turns[:index]
+                start, before = self._set_superseded(kept, False)
+                return self._splice(session, start, last + 1, before, None)
             return self._splice(session, first, last + 1, [], None)
 
     def append_scene(self, name: str, scene: fountain.Scene) -> Session:
