@@ -156,16 +156,30 @@ def test_regenerate_then_edit_reaches_harvey_as_the_app_sends_it(harvey_app):
         "Capital of France?", "Second largest city of France?", "How many people live there?"]
 
 
-def test_dropping_a_retry_brings_the_turn_it_replaced_back(tmp_path):
+def test_a_retry_replaces_the_exchange_only_once_it_is_answered(tmp_path):
+    """The app's history keeps the exchange a regenerate or edit means to replace until the new
+    attempt has a reply (a failed one replaces nothing, issue 23 item 3); Harvey's replay must
+    see the same: REPLACED is written with the retry's reply, never before."""
+    from app.chat.prepare import history_turns
     from app.sessions.store import SessionStore
     store = SessionStore(tmp_path, user_name="tester", workspace=str(tmp_path))
     name = store.create("llama3.1:8b", now=WHEN).name
     store.append_turn(name, spmd.Turn(WHEN, "Q?", "llama3.1:8b", "A."))
     store.append_turn(name, spmd.Turn(WHEN, "Q?", "llama3.1:8b", None, notes=[notes.retry(edited=False)]))
-    assert "TALKING, REPLACED" in store.path(name).read_text(encoding="utf-8")
-    store.drop_last_turn(name, 1, expect="Q?")
     text = store.path(name).read_text(encoding="utf-8")
-    assert "REPLACED" not in text and replayed(text) == [("Q?", "A.")]
+    assert "REPLACED" not in text and replayed(text) == [("Q?", "A.")]           # in flight: the old one counts
+    store.replace_turn(name, 1, spmd.Turn(WHEN, "Q?", "llama3.1:8b", None,
+                                          notes=[notes.retry(edited=False), notes.error("http_error", "500")]),
+                       expect="Q?")
+    text = store.path(name).read_text(encoding="utf-8")
+    assert "REPLACED" not in text and replayed(text) == [("Q?", "A.")]           # failed: it still counts
+    store.append_turn(name, spmd.Turn(WHEN, "Q, again?", "llama3.1:8b", None, notes=[notes.retry(edited=True)]))
+    store.replace_turn(name, 2, spmd.Turn(WHEN, "Q, again?", "llama3.1:8b", "B.", notes=[notes.retry(edited=True)]),
+                       expect="Q, again?")
+    text = store.path(name).read_text(encoding="utf-8")
+    assert "TALKING, REPLACED" in text and replayed(text) == [("Q, again?", "B.")]
+    app_sees = [(h[0]["content"], h[1]["content"]) for h in history_turns(store.load(name).turns)]
+    assert app_sees == replayed(text)                                               # the app and Harvey agree
 
 
 def test_a_model_mention_is_recorded_as_harvey_records_it_and_shown_as_typed(harvey_app):

@@ -179,16 +179,15 @@ class SessionStore:
         with self.lock(name):
             session = self.load(name)
             end = len(session.play.scenes)
-            start, before = self._set_superseded(session, notes.is_retry(turn.notes))
-            session = self._splice(session, start, end, [*before, *self._scenes(turn)], len(session.turns))
+            session = self._splice(session, end, end, self._scenes(turn), len(session.turns))
             return session, len(session.turns) - 1
 
     def _set_superseded(self, session: Session, superseded: bool) -> tuple[int, list[fountain.Scene]]:
         """The last turn's scenes rewritten as (not) superseded, and where they start; nothing to do: (end, []).
 
-        A retry takes the turn before it out of the history; its heading says so, so the terminal
-        Harvey's --continue leaves it out too. Dropping the retry brings it back. Both go in the
-        same write as the turn itself.
+        A retry that was answered takes the exchange it replaces out of the history (see
+        ``replaced_by``); that turn's heading says so, so the terminal Harvey's --continue leaves it
+        out too. Dropping the retry brings it back, in the same write.
         """
         end = len(session.play.scenes)
         last = session.turns[-1] if session.turns else None
@@ -208,6 +207,14 @@ class SessionStore:
         with self.lock(name):
             session = self.load(name)
             first, last = self._span(session, index, expect)
+            target = replaced_by(session.turns, index) if notes.is_retry(turn.notes) and turn.reply is not None else None
+            if target is not None and not session.turns[target].superseded:
+                start, stop = session.turns[target].scenes
+                marked = copy.deepcopy(session.turns[target])
+                marked.superseded = True
+                between = session.play.scenes[stop + 1:first]
+                return self._splice(session, start, last + 1, [*self._scenes(marked), *between, *self._scenes(turn)],
+                                    None)
             return self._splice(session, first, last + 1, self._scenes(turn), index)
 
     def update_turn(self, name: str, index: int, change: Callable[[fountain.Turn], None],
@@ -435,4 +442,17 @@ def _title_date(value: str) -> datetime | None:
             return datetime.strptime(value, fmt)
         except ValueError:
             continue
+    return None
+
+
+def replaced_by(turns: list[fountain.Turn], index: int) -> int | None:
+    """The turn whose exchange a retry at ``index`` replaces once it is answered, as the app's
+    history sees it (``chat.prepare.history_turns``): the last answered turn before it, past
+    retries that failed (they replaced nothing); None when something else stands between."""
+    for i in range(index - 1, -1, -1):
+        turn = turns[i]
+        if turn.reply is None and notes.is_retry(turn.notes):
+            continue                      # a failed regenerate or edit: the exchange before it still counts
+        answered = turn.reply is not None and (turn.user_text or turn.analysis is not None)
+        return i if answered and turn.scenes is not None and not turn.shared else None
     return None
