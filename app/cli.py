@@ -213,17 +213,19 @@ def _version() -> str:
 
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what Ollama has, and what is wrong."""
+    from .auth import proxy_problems
     from .budget import context_window
     from .ollama import OllamaClient, OllamaError
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
     client = OllamaClient(config.ollama.url, connect_timeout=config.ollama.connect_timeout_s, read_timeout=30)
-    problems = []
+    problems = proxy_problems(config) if config.auth == "auto" else []
     try:
         models = client.list_models()
     except OllamaError as exc:
-        print(f"problem: {exc}")
+        for problem in [*problems, str(exc)]:
+            print(f"problem: {problem}")
         return 1
     for name in models:
         try:
