@@ -17,7 +17,11 @@ a waitress thread.
 Behind a reverse proxy every request arrives from loopback, so "listening on
 loopback" does not mean "used from this machine only": under ``auth: auto`` a
 request that carries forwarding headers must sign in, and naming the proxy
-(``server.trusted_proxy``) makes the password required for every request. The
+(``server.trusted_proxy``) makes the password required for every request. A
+proxy that adds no forwarding header (nginx's bare ``proxy_pass``) still shows:
+it speaks HTTP/1.0 to Harvey, which no browser does, so that request must sign
+in too; and what such a proxy looked like is noted in the data folder for
+``harvey check`` to report (``ProxySightings``). The
 client address (the throttle's key, the log) is the one the proxy names only
 when the proxy is trusted (waitress rewrites REMOTE_ADDR then); otherwise it is
 the peer, because a header any client can type proves nothing.
@@ -29,6 +33,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import json
 import logging
 import os
 import secrets
@@ -48,6 +53,9 @@ log = logging.getLogger(__name__)
 bp = Blueprint("auth", __name__)
 
 PASSWORD_FILE = "password"
+PROXY_SIGHTINGS_FILE = "proxy-seen.json"
+# where Debian's nginx keeps the sites it serves (``harvey check`` reads them)
+NGINX_SITES = (Path("/etc/nginx/sites-enabled"), Path("/etc/nginx/conf.d"))
 # 32 MiB of memory per check: strong, yet a Pi 3 answers in well under a second.
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 15, 8, 1
 REMEMBER = timedelta(days=180)
@@ -205,6 +213,32 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _loopback_peer(environ) -> bool:
+    return is_loopback(environ.get("REMOTE_ADDR", ""))
+
+
+def _host_name(environ) -> str:
+    try:
+        return urlsplit(f"//{environ.get('HTTP_HOST', '')}").hostname or ""
+    except ValueError:
+        return ""
+
+
+def headerless_proxy(environ) -> str:
+    """How a request shows it came through a proxy on this machine that adds no forwarding header; "" if not.
+
+    "HTTP/1.0": nginx's bare ``proxy_pass`` talks HTTP/1.0 to its upstream, while
+    browsers and HTTP clients speak 1.1 or 2. "Host": a loopback peer naming
+    another machine (a proxy that passes the browser's Host and nothing else;
+    ``check_host`` refuses it, so it is broken rather than open).
+    """
+    if came_through_proxy(environ) or not _loopback_peer(environ):
+        return ""
+    if environ.get("SERVER_PROTOCOL") == "HTTP/1.0":
+        return "HTTP/1.0"
+    return "" if is_loopback(_host_name(environ)) else "Host"
+
+
 def password_required(mode: str, host: str, trusted_proxy: str | None = None) -> bool:
     """none: never; password: always; auto: when the app listens beyond loopback or behind a proxy.
 
@@ -225,6 +259,7 @@ class AuthState:
     loopback_only: bool = False
     mode: str = "auto"
     trusted_proxy: str | None = None
+    sightings: "ProxySightings | None" = None
     _proxies_seen: set = field(default_factory=set)
 
     def needed(self, environ) -> bool:
@@ -232,9 +267,11 @@ class AuthState:
 
         Under ``auth: auto`` on loopback, a request with forwarding headers came
         from wherever the proxy serves (the LAN, the internet), not from this
-        machine: it signs in like a LAN request.
+        machine: it signs in like a LAN request; so does one that a proxy passed
+        on bare (HTTP/1.0 from loopback, ``headerless_proxy``).
         """
-        return self.required or (self.mode == "auto" and came_through_proxy(environ))
+        return self.required or (self.mode == "auto" and (
+            came_through_proxy(environ) or headerless_proxy(environ) == "HTTP/1.0"))
 
     def note_proxy(self, environ) -> None:
         """Say once per proxy address that it is not trusted, and what that costs."""
@@ -257,7 +294,8 @@ def init_app(app: Flask) -> None:
     host, proxy = config.server.host, config.server.trusted_proxy
     required = password_required(config.auth, host, proxy)
     state = AuthState(required=required, password=PasswordFile(config.data_path / PASSWORD_FILE),
-                      loopback_only=not required and is_loopback(host), mode=config.auth, trusted_proxy=proxy)
+                      loopback_only=not required and is_loopback(host), mode=config.auth, trusted_proxy=proxy,
+                      sightings=ProxySightings(config.data_path / PROXY_SIGHTINGS_FILE))
     app.extensions["harvey_auth"] = state
     app.jinja_env.globals["password_protected"] = state.required   # pages offer "Sign out"
     app.context_processor(_password_protected)
@@ -323,6 +361,8 @@ def require_login():
     state = _state()
     if not state.required and came_through_proxy(request.environ):
         state.note_proxy(request.environ)
+    if not state.required and state.mode == "auto":
+        state.sightings.note(request.environ)
     if not state.needed(request.environ) or request.endpoint in OPEN_ENDPOINTS:
         return None
     generation = state.password.generation()
@@ -447,3 +487,88 @@ def logout():
     session.clear()
     return redirect(url_for("auth.login"), code=303)
 
+
+
+# -- what `harvey check` says about a proxy ---------------------------------------------------
+
+class ProxySightings:
+    """The last request that came through a proxy with forwarding headers, and the last without.
+
+    Kept in the data folder (``harvey check`` runs in another process) and written
+    at most once per kind per process: one small file, no write per request.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._noted: set[str] = set()
+        self._lock = threading.Lock()
+
+    def note(self, environ) -> None:
+        """Record this request if it is the first of its kind since start (``with`` or ``without`` headers)."""
+        how = headerless_proxy(environ)
+        kind = "with" if came_through_proxy(environ) else ("without" if how else "")
+        with self._lock:
+            if not kind or kind in self._noted:
+                return
+            self._noted.add(kind)
+        entry = {"when": time.time(), "peer": environ.get("REMOTE_ADDR", ""),
+                 "host": environ.get("HTTP_HOST", ""), "protocol": environ.get("SERVER_PROTOCOL", ""), "how": how}
+        if kind == "without":
+            log.warning("A request reached Harvey through a proxy on this machine that sends no forwarding "
+                        "headers (%s from %s, Host %s): see deploy/nginx-harvey.conf.", how or "?",
+                        entry["peer"], entry["host"])
+        try:
+            seen = self.read()
+            seen[kind] = entry
+            from .storage import atomic_write_text
+
+            atomic_write_text(self.path, json.dumps(seen, indent=1))
+        except OSError as exc:
+            log.warning("could not note the proxy in %s: %s", self.path, exc)
+
+    def read(self) -> dict:
+        try:
+            seen = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return seen if isinstance(seen, dict) else {}
+
+
+def proxy_problems(config, sites=NGINX_SITES) -> list[str]:
+    """What ``harvey check`` says about reverse proxies: a bare proxy seen by the app, or in nginx's sites."""
+    problems = []
+    seen = ProxySightings(config.data_path / PROXY_SIGHTINGS_FILE).read()
+    without, with_headers = seen.get("without"), seen.get("with")
+    if isinstance(without, dict) and not (isinstance(with_headers, dict)
+                                          and with_headers.get("when", 0) > without.get("when", 0)):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(without.get("when", 0)))
+        problems.append(
+            f"on {when} Harvey was reached through a proxy on this machine that sends no forwarding headers "
+            f"({without.get('how') or '?'}: {without.get('protocol')} from {without.get('peer')}, Host "
+            f"{without.get('host')}). Under auth: auto such a proxy could open Harvey to everyone it serves: "
+            "make it send X-Forwarded-For, X-Forwarded-Proto and the Host (deploy/nginx-harvey.conf), and "
+            "set server.trusted_proxy to the address it connects from.")
+    problems.extend(_bare_nginx_sites(config.server.port, sites))
+    return problems
+
+
+def _bare_nginx_sites(port: int, sites) -> list[str]:
+    """nginx site files that proxy_pass to Harvey's port without setting X-Forwarded-For."""
+    import re
+
+    target = re.compile(rf"proxy_pass\s+https?://(127\.[\d.]+|localhost|\[::1\]):{port}\b")
+    found = []
+    for folder in sites:
+        try:
+            files = sorted(p for p in Path(folder).iterdir() if p.is_file())
+        except OSError:
+            continue
+        for path in files:
+            try:
+                text = "\n".join(line.split("#", 1)[0] for line in path.read_text(errors="replace").splitlines())
+            except OSError:
+                continue
+            if target.search(text) and "x-forwarded-for" not in text.lower():
+                found.append(f"{path} passes requests to Harvey (port {port}) without X-Forwarded-For: "
+                             "add the proxy_set_header lines of deploy/nginx-harvey.conf.")
+    return found

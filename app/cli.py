@@ -169,17 +169,18 @@ def make_server(app, server_cfg):
     """The waitress server ``harvey serve`` runs (the tests start the app through this too)."""
     from waitress import create_server
 
-    from .security import waitress_proxy_settings
+    from .security import body_limit_channel, waitress_body_limit, waitress_proxy_settings
 
-    return create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
-                         channel_timeout=server_cfg.channel_timeout_s,
-                         connection_limit=server_cfg.connection_limit, ident="harvey",
-                         # refuse a far too large body before waitress spools it to the SD card; one a
-                         # few MB over the limit (a long paste) still reaches the app, which says the
-                         # limit in plain words instead of waitress's bare text
-                         max_request_body_size=2 * app.config["MAX_CONTENT_LENGTH"] + 16 * 1024 * 1024,
-                         # keep forwarding headers visible; believe them only from server.trusted_proxy
-                         **waitress_proxy_settings(server_cfg))
+    server = create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
+                           channel_timeout=server_cfg.channel_timeout_s,
+                           connection_limit=server_cfg.connection_limit, ident="harvey",
+                           # a body over the limit (chunked or not) is read no further than the limit
+                           # and a small margin; the app still says the limit in plain words
+                           max_request_body_size=waitress_body_limit(app),
+                           # keep forwarding headers visible; believe them only from server.trusted_proxy
+                           **waitress_proxy_settings(server_cfg))
+    server.channel_class = body_limit_channel()
+    return server
 
 
 def _start_demo(config: Config):
@@ -216,17 +217,19 @@ def _version() -> str:
 
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what Ollama has, and what is wrong."""
+    from .auth import proxy_problems
     from .budget import context_window
     from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
     server = connect(config, read_timeout=30)
-    problems = []
+    problems = proxy_problems(config) if config.auth == "auto" else []
     try:
         models = server.models()
     except ModelError as exc:
-        print(f"problem: {exc}")
+        for problem in [*problems, str(exc)]:
+            print(f"problem: {problem}")
         return 1
     for name in models:
         try:

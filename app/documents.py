@@ -19,6 +19,7 @@ once.  The libraries are imported on first use, never at import time.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -30,6 +31,9 @@ from .errors import DocumentError
 PDF_EXTENSIONS = frozenset({".pdf"})
 DOCX_EXTENSIONS = frozenset({".docx"})
 CACHE_ENTRIES = 4
+DOCX_MAX_UNPACKED = 100 * 2**20    # a Word file's parts, unpacked: python-docx holds them all in memory
+_PDFIUM = threading.Lock()
+log = logging.getLogger(__name__)
 _WS_RUN = re.compile(r"[ \t\u00a0]+")
 
 
@@ -132,33 +136,69 @@ def extract(path: str | os.PathLike) -> Extracted:
     key = (os.path.realpath(spath), st.st_size, st.st_mtime_ns)
     found = _cache.get(key)
     if found is None:
-        fmt = format_for_path(spath)
-        if fmt == "pdf":
-            found = _pdf(spath)
-        elif fmt == "docx":
-            found = _docx(spath)
-        else:
-            raise UnreadableDocument(f"{os.path.basename(spath)} is not a document Harvey can read.")
+        found = _load(spath, format_for_path(spath))
         _cache.put(key, found)
     return found
+
+
+def _load(path: str, fmt: str | None) -> Extracted:
+    """Run the loader for ``fmt``: the one place a loader's own exceptions become ``UnreadableDocument``.
+
+    PDFium, zipfile, lxml and python-docx each raise their own errors (and a hostile
+    file can reach ones nobody listed: struct.error, zlib.error, a negative seek's
+    OSError, RecursionError); whatever a file contains must end as the "cannot read
+    this file" card, never a 500, so every exception past this point is the file's fault.
+    """
+    name = os.path.basename(path)
+    loader = {"pdf": _pdf, "docx": _docx}.get(fmt or "")     # looked up now: a test may wrap one
+    if loader is None:
+        raise UnreadableDocument(f"{name} is not a document Harvey can read.")
+    with open(path, "rb") as fh:     # an OSError here (gone, no permission) is the caller's to say
+        head = fh.read(16)
+    try:
+        return loader(path)
+    except UnreadableDocument as exc:
+        log.info("a %s file was refused: %s", fmt, exc.kind)
+        raise
+    except Exception as exc:  # noqa: BLE001 - the loader boundary (see the docstring)
+        log.warning("a %s file could not be read: %s", fmt, exc.__class__.__name__)
+        raise DamagedDocument(_damaged_text(path, name, fmt, head, exc)) from None
+
+
+def _damaged_text(path: str, name: str, fmt: str, head: bytes, exc: Exception) -> str:
+    """What was wrong, in words: another format behind this extension, or the loader's reason (no path in it)."""
+    wanted = {"pdf": "a PDF", "docx": "a Word (.docx) file"}[fmt]
+    actual = _magic(head)
+    if actual and not (fmt == "pdf" and head.startswith(b"%PDF")) and not (fmt == "docx" and head.startswith(b"PK")):
+        return f"{name} is {actual}, not {wanted}: its name ends in .{fmt} but its contents are something else."
+    reason = " ".join(str(exc).replace(path, name).split())[:160] or "no details"
+    return (f"{name} could not be read as {wanted} ({exc.__class__.__name__}: {reason}). It may be damaged or "
+            f"cut short; open it in its program and save it again.")
 
 
 # -- PDF ---------------------------------------------------------------------------------
 
 def _pdf(path: str) -> Extracted:
-    """One block of prose per page, in page order; pages with images and no text are named."""
+    """One block of prose per page, in page order; pages with images and no text are named.
+
+    PDFium is not thread-safe (not even for different documents), and a chat request and
+    the analysis worker may read PDFs at once: one lock around all of it.
+    """
+    with _PDFIUM:
+        return _pdf_locked(path, os.path.basename(path))
+
+
+def _pdf_locked(path: str, name: str) -> Extracted:
     import pypdfium2 as pdfium
     from pypdfium2 import raw
 
-    name = os.path.basename(path)
     try:
         doc = pdfium.PdfDocument(path)
     except pdfium.PdfiumError as exc:
         if "password" in str(exc).lower():
             raise EncryptedDocument(f"{name} is an encrypted PDF: it needs a password, so Harvey cannot read "
                                     "it. Save a copy without the password and name that instead.") from None
-        raise DamagedDocument(f"{name} could not be read as a PDF ({exc}). It may be damaged or not a PDF "
-                              "at all.") from None
+        raise
     parts: list[str] = []
     starts: list[int] = []
     images: list[int] = []
@@ -221,22 +261,32 @@ def _clean_page(text: str) -> str:
 
 def _docx(path: str) -> Extracted:
     """Body paragraphs and tables in order; heading styles as Markdown headings."""
-    import zipfile
-
     from docx import Document as open_docx
-    from docx.opc.exceptions import PackageNotFoundError
 
     name = os.path.basename(path)
-    try:
-        document = open_docx(path)
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise DamagedDocument(f"{name} could not be read as a Word document ({exc.__class__.__name__}). It may "
-                              "be damaged, or an old .doc file saved with a .docx name.") from None
+    _refuse_zip_bomb(path, name)
+    document = open_docx(path)
     blocks = [block for block in _docx_blocks(document) if block]
     text = "\n\n".join(blocks) + "\n" if blocks else ""
     if not text.strip():
         raise UnreadableDocument(f"{name} holds no text.")
     return Extracted(text, "markdown", "docx")
+
+
+def _refuse_zip_bomb(path: str, name: str) -> None:
+    """A .docx is a zip whose parts python-docx unpacks whole into memory: size them first.
+
+    The sizes come from the zip's directory; zipfile stops reading a part at its
+    declared size (a part that holds more fails its CRC check), so they cannot lie.
+    """
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        unpacked = sum(info.file_size for info in archive.infolist())
+    if unpacked > DOCX_MAX_UNPACKED:
+        raise DamagedDocument(f"{name} would unpack to {unpacked / 2**20:,.0f} MB, more than the "
+                              f"{DOCX_MAX_UNPACKED // 2**20} MB Harvey opens from a Word file, so it was not opened. "
+                              "Save the text as a smaller file (or as PDF) and name that.")
 
 
 def _docx_blocks(document):
@@ -317,9 +367,17 @@ def sniff(path: str | os.PathLike) -> str | None:
         return None
     with open(path, "rb") as fh:
         head = fh.read(8192)
+    what = _magic(head)
+    if what:
+        return what
+    if b"\x00" in head:
+        return "a binary file"
+    return None
+
+
+def _magic(head: bytes) -> str | None:
+    """What the first bytes say the file is ("a PNG image"...), or None."""
     for magic, what in _MAGIC:
         if head.startswith(magic):
             return what
-    if b"\x00" in head:
-        return "a binary file"
     return None

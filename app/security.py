@@ -65,6 +65,7 @@ def init_app(app: Flask) -> None:
     app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_NAME="harvey_session")
     auth.init_app(app)
+    app.before_request(refuse_body_over_limit)
     app.before_request(check_encoding)
     app.before_request(check_csrf)
     app.after_request(add_headers)
@@ -122,6 +123,70 @@ def waitress_proxy_settings(server) -> dict:
         settings.update(trusted_proxy=str(ipaddress.ip_address(server.trusted_proxy.strip().strip("[]"))),
                         trusted_proxy_count=1, trusted_proxy_headers=set(TRUSTED_PROXY_HEADERS))
     return settings
+
+
+# -- the body limit -------------------------------------------------------------------------
+
+BODY_MARGIN = 64 * 1024      # what waitress reads past Flask's MAX_CONTENT_LENGTH before it stops
+TOO_LARGE_KEY = "harvey.body_over_limit"
+
+
+def waitress_body_limit(app: Flask) -> int:
+    """Waitress's ``max_request_body_size``: the app's own limit and a small margin, chunked or not.
+
+    Waitress reads a whole body before the app sees it, so this is what bounds the
+    bytes a client can make the server read (and spool to the SD card); a body with
+    a Content-Length over it is refused before a byte of it is read.
+    """
+    return app.config["MAX_CONTENT_LENGTH"] + BODY_MARGIN
+
+
+def refuse_body_over_limit():
+    """413 for a request whose body waitress stopped reading (``body_limit_channel``): the page says the limit."""
+    if request.environ.get(TOO_LARGE_KEY):
+        log.info("refused a request body over the limit (%s %s)", request.method, request.path)
+        abort(413)
+    return None
+
+
+_channel_class = None
+
+
+def body_limit_channel():
+    """A waitress channel whose "413 Request Entity Too Large" is the app's own answer.
+
+    Waitress answers a body over ``max_request_body_size`` with bare text of its
+    own. This channel runs the app instead, with an empty body and the request
+    marked (``refuse_body_over_limit`` answers 413 through the usual error pages:
+    the upload limit in plain words, a fragment for htmx), then closes the
+    connection, since the rest of the body was never read. Built on first use:
+    importing this module does not import waitress.
+    """
+    global _channel_class
+    if _channel_class is None:
+        import io
+
+        from waitress.channel import HTTPChannel
+        from waitress.task import ErrorTask, WSGITask
+        from waitress.utilities import RequestEntityTooLarge
+
+        class TooLargeTask(WSGITask):
+            def get_environment(self):
+                environ = super().get_environment()
+                environ.update({"CONTENT_LENGTH": "0", "wsgi.input": io.BytesIO(), TOO_LARGE_KEY: True})
+                environ.pop("CONTENT_TYPE", None)
+                return environ
+
+            def execute(self):
+                self.set_close_on_finish()       # the body's unread rest must not be taken for a request
+                super().execute()
+
+        def error_task(channel, request):
+            too_large = isinstance(request.error, RequestEntityTooLarge)
+            return (TooLargeTask if too_large else ErrorTask)(channel, request)
+
+        _channel_class = type("BodyLimitChannel", (HTTPChannel,), {"error_task_class": staticmethod(error_task)})
+    return _channel_class
 
 
 def csrf_token() -> str:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need into ./.venv and run the whole test suite.
-# The browser tests drive Debian's Chromium; it is installed here when missing.
+# The browser tests drive Debian's Chromium, and the reverse-proxy tests put Debian's nginx (with an
+# openssl-made certificate) in front of the app; they are installed here when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 apt_install() {
@@ -10,6 +11,8 @@ apt_install() {
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)   # split out on Debian
 if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
 python3 -m venv .venv

@@ -24,6 +24,21 @@ from waiting import wait_for_exit, wait_until  # noqa: E402,F401 (the shared dea
 from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
 
 
+# pytest-timeout's per-test bound (pyproject: timeout) is too short for these: the real model
+# answers at a few tokens a second on a busy 2-core machine, a browser starts Chromium.
+LONG_TIMEOUTS = {"realmodel": 900, "browser": 600, "slow": 600}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Give the real-model, browser and slow tests their longer timeout (an explicit one stays)."""
+    for item in items:
+        if item.get_closest_marker("timeout"):
+            continue
+        bounds = [seconds for marker, seconds in LONG_TIMEOUTS.items() if item.get_closest_marker(marker)]
+        if bounds:
+            item.add_marker(pytest.mark.timeout(max(bounds)))
+
+
 @pytest.fixture
 def scripted():
     with ScriptedOllama() as server:
@@ -136,7 +151,12 @@ class LiveApp:
                 raise
 
     def close(self):
-        """Stop like a process that exits: close every channel, then the workers."""
+        """Stop like a process that exits: close every channel, then the workers.
+
+        The channels and the listening socket are closed by waitress's own loop (a
+        trigger thunk), which then finds its map empty and returns at once: closing
+        them from here left the loop asleep in its 1 s select() (1 s of every test).
+        """
         if self.closing:
             return
         self.closing = True
@@ -147,12 +167,26 @@ class LiveApp:
         for activity in self.services.activities.running():
             activity.stop()
         self.services.jobs.shutdown()
+        trigger = self.server.trigger
+        if self.thread.is_alive():
+            trigger.pull_trigger(self._close_channels)
+            self.thread.join(5)
+        if self.thread.is_alive() or self.server._map:        # the loop is gone (or stuck): close from here
+            self._close_channels()
+        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
+        trigger.close()
+
+    def _close_channels(self):
+        """Close every connection and the listening socket, and leave waitress's map empty (its loop ends)."""
+        from waitress import wasyncore
         from waitress.channel import HTTPChannel
 
         for channel in list(self.server._map.values()):
-            channel.handle_close() if isinstance(channel, HTTPChannel) else channel.close()
-        self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=1)
-        self.thread.join(2)
+            if isinstance(channel, HTTPChannel):
+                channel.handle_close()
+            elif channel is self.server:
+                wasyncore.dispatcher.close(channel)    # not server.close(): that closes the trigger (its lock)
+        self.server.trigger.del_channel()
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import selectors
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,7 +76,43 @@ class Recorded:
 
 
 class _QuietServer(ThreadingHTTPServer):
-    """A client hanging up (a cancel, a closed keep-alive) is normal here, not an error."""
+    """A client hanging up (a cancel, a closed keep-alive) is normal here, not an error.
+
+    ``serve`` / ``stop_serving`` replace ``serve_forever`` / ``shutdown``: those wake
+    every 0.5 s to look for the stop flag (half a second of every test's teardown);
+    here a byte on a socket pair wakes the loop at once.
+    """
+
+    def server_activate(self):
+        super().server_activate()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stop = False
+        self._stopped = threading.Event()
+
+    def serve(self) -> None:
+        """Accept requests until ``stop_serving``; each is handled in a thread of its own."""
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ)
+                while not self._stop:
+                    for key, _ in selector.select():
+                        if key.fileobj is self and not self._stop:
+                            self._handle_request_noblock()
+        finally:
+            self._stopped.set()
+
+    def stop_serving(self, running: bool = True) -> None:
+        """Stop the loop now (``running``: wait for it to return) and close the sockets; twice is once."""
+        if self._stop:
+            return
+        self._stop = True
+        self._wake_w.send(b"x")
+        if running and not self._stopped.wait(5):
+            raise RuntimeError("the scripted server's loop did not stop")
+        self.server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def handle_error(self, request, client_address):
         import sys
@@ -122,17 +160,14 @@ class ScriptedOllama:
         return httpd
 
     def start(self) -> "ScriptedOllama":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve, daemon=True)
         self._thread.start()
         return self
 
     def kill(self) -> None:
         """Go away like a killed Ollama: stop listening and drop every connection in flight."""
-        import socket
-
         address = self._httpd.server_address[:2]
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop_serving(self._thread is not None)
         self._address = address
         with self._lock:
             conns = list(self._open)
@@ -149,8 +184,7 @@ class ScriptedOllama:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop_serving(self._thread is not None)
 
     def __enter__(self):
         return self.start()
@@ -383,7 +417,7 @@ def main() -> None:
     server = ScriptedOllama(script=lambda body: Reply(text=_echo(body).text, token_delay=args.delay),
                             port=args.port)
     print(f"scripted Ollama on {server.url}", flush=True)
-    server._httpd.serve_forever()
+    server._httpd.serve()
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from fountain import FountainParser
 from app.analysis.store import JobStore
 from app.sessions import fountain
 from app.budget import estimate_messages
-from waiting import wait_until
+from waiting import wait_for
 from conftest import make_config
 from scripted_ollama import Reply
 from test_fountain import jouvence_dialogue
@@ -64,11 +64,6 @@ def setup(tmp_path, scripted, make_live):
 
 def session_text(live, name):
     return (live.services.store.folder / f"{name}.spmd").read_text()
-
-
-def wait_for(predicate, timeout=30.0, what="the condition"):
-    """Poll ``predicate`` until true; fail after ``timeout`` s (tests/waiting.py's wait_until)."""
-    return wait_until(predicate, timeout, what)
 
 
 def wait_state(live, job, states, timeout=30):

@@ -23,7 +23,7 @@ from app.config import ModelConfig
 from app.sessions import fountain
 from scripted_ollama import Reply
 from test_analysis import PARAGRAPH, big_file_config, session_text
-from waiting import wait_until
+from waiting import wait_for
 
 FACTS = {   # (section, paragraph) -> the planted sentence (no brackets: citations are the only ones)
     (2, 3): "The cooling loop of the FACT-ALPHA rig holds 417 litres of water.",
@@ -103,10 +103,6 @@ class Script:
         return "\n".join(out)
 
 
-def wait_for(predicate, timeout=60.0, what="the condition"):
-    return wait_until(predicate, timeout, what)
-
-
 @pytest.fixture
 def facts_live(tmp_path, scripted, make_live):
     config = big_file_config(tmp_path, scripted)
@@ -122,7 +118,7 @@ def run_analysis(live, instruction="Find the facts about the rig, the survey and
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": instruction, **form})
     events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=60, total=120))
     wait_for(lambda: job.state in ("done", "failed") and job.id not in live.services.jobs.jobs,
-             what=f"the job to settle (it is {job.state})")
+             60, what=f"the job to settle (it is {job.state})")
     return name, job, events
 
 
@@ -292,9 +288,9 @@ def test_a_restart_mid_run_still_records_the_passages_of_chunks_done_before(tmp_
     first.post(f"/s/{name}/messages", data={"message": "What does facts.md say?"})
     job = first.services.jobs.open_for(name)
     first.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Find the facts."})
-    wait_for(lambda: job.done_count >= 3, what="three chunks")
+    wait_for(lambda: job.done_count >= 3, 60, what="three chunks")
     first.close()
-    wait_for(lambda: job.state == "interrupted", what=f"the job interrupted (it is {job.state})")
+    wait_for(lambda: job.state == "interrupted", 60, what=f"the job interrupted (it is {job.state})")
     before = {i + 1 for i, r in job.results.items() if r.status == "ok" and r.relevant}
     assert before                                                    # facts.md's chunk 1 or 2 holds FACT-ALPHA
     second = make_live(config)
@@ -302,7 +298,8 @@ def test_a_restart_mid_run_still_records_the_passages_of_chunks_done_before(tmp_
     assert resumed.source.startswith("sha256:") and resumed.results[min(before) - 1].lines
     second.post(f"/s/{name}/analysis/{job.id}/resume")
     list(second.sse(f"/s/{name}/analysis/{job.id}/events", timeout=60, total=120))
-    wait_for(lambda: resumed.state == "done" and resumed.id not in second.services.jobs.jobs, what="the resumed job")
+    wait_for(lambda: resumed.state == "done" and resumed.id not in second.services.jobs.jobs, 60,
+             what="the resumed job")
     turn = recorded_turn(second, name)
     assert before <= set(turn.analysis.passages) == script.relevant
     assert_facts_cited(turn.reply, turn.analysis.passages, chunking.read_document(path).text)

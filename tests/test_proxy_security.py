@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from app import auth
-from conftest import LiveApp, make_config
+from conftest import LiveApp, make_config, require
+from waiting import wait_for_exit, wait_until
 
 PASSWORD = "correct horse battery"
 PROXY = "127.0.0.2"
@@ -426,3 +427,173 @@ def test_harvey_serve_itself_asks_the_password_behind_its_trusted_proxy(tmp_path
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=15)
+
+
+# -- issue 23 item 11: the documented TLS set-up, with Debian's nginx in front ----------------
+
+NGINX_SITE = ROOT / "deploy" / "nginx-harvey.conf"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def documented_site(app_port: int, tls_port: int, http_port: int, cert: Path, key: Path) -> str:
+    """deploy/nginx-harvey.conf with only its ports and certificate paths changed (each must be found once)."""
+    text = NGINX_SITE.read_text()
+    for old, new in [("listen 443 ssl;", f"listen 127.0.0.1:{tls_port} ssl;"), ("listen [::]:443 ssl;", ""),
+                     ("listen 80;", f"listen 127.0.0.1:{http_port};"), ("listen [::]:80;", ""),
+                     ("/etc/ssl/certs/harvey.pem", str(cert)), ("/etc/ssl/private/harvey.key", str(key)),
+                     ("proxy_pass http://127.0.0.1:8080;", f"proxy_pass http://127.0.0.1:{app_port};")]:
+        assert text.count(old) == 1, f"deploy/nginx-harvey.conf no longer has {old!r} once"
+        text = text.replace(old, new)
+    return text
+
+
+def bare_site(app_port: int, http_port: int) -> str:
+    """The set-up item 11 is about: a bare proxy_pass, no forwarding header at all."""
+    return (f"server {{\n    listen 127.0.0.1:{http_port};\n"
+            f"    location / {{\n        proxy_pass http://127.0.0.1:{app_port};\n    }}\n}}\n")
+
+
+class Nginx:
+    """Debian's nginx as the test's own process: its own prefix, config, pid and logs; no daemon."""
+
+    def __init__(self, folder: Path, site: str, port: int):
+        import os
+        import shutil
+
+        binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+        require(binary is not None, "Debian's nginx is not installed (apt-get install nginx; scripts/test.sh does)")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "site.conf").write_text(site)
+        temp = "\n".join(f"    {kind}_temp_path {folder}/{kind};" for kind in
+                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        (folder / "nginx.conf").write_text(
+            ("user root;\n" if os.geteuid() == 0 else "") +
+            f"worker_processes 1;\ndaemon off;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log;\n"
+            f"events {{ worker_connections 64; }}\n"
+            f"http {{\n    access_log off;\n{temp}\n    include {folder}/site.conf;\n}}\n")
+        self.folder = folder
+        self.log = open(folder / "nginx.out", "w")
+        self.proc = subprocess.Popen([binary, "-p", str(folder), "-c", str(folder / "nginx.conf")],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        wait_until(lambda: self._listening(port), 20, f"nginx to listen on {port} ({self.output()})")
+
+    def _listening(self, port: int) -> bool:
+        import socket
+
+        if self.proc.poll() is not None:
+            pytest.fail(f"nginx exited with {self.proc.returncode}: {self.output()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def output(self) -> str:
+        self.log.flush()
+        parts = [p.read_text(errors="replace") for p in (self.folder / "nginx.out", self.folder / "error.log")
+                 if p.exists()]
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            wait_for_exit(self.proc, 10, "nginx to stop")
+        self.log.close()
+
+
+@pytest.fixture
+def nginx(tmp_path):
+    started = []
+
+    def start(site: str, port: int) -> Nginx:
+        proxy = Nginx(tmp_path / f"nginx-{len(started)}", site, port)
+        started.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in started:
+        proxy.stop()
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (openssl, as the docs' reader would make one for the Pi's name)."""
+    import shutil
+
+    require(shutil.which("openssl") is not None, "openssl is not installed")
+    cert, key = folder / "harvey.pem", folder / "harvey.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=pi.lan",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:pi.lan", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.mark.parametrize("trusted", [None, "127.0.0.1"], ids=["auto", "trusted-proxy"])
+def test_the_documented_tls_setup_asks_the_password_and_signs_in_through_nginx(tmp_path, scripted, serve, nginx,
+                                                                              caplog, trusted):
+    live = serve(configured(tmp_path, scripted, trusted_proxy=trusted))
+    app_port, tls_port, http_port = live.server.effective_port, free_port(), free_port()
+    cert, key = self_signed(tmp_path)
+    nginx(documented_site(app_port, tls_port, http_port, cert, key), tls_port)
+    base = f"https://127.0.0.1:{tls_port}"
+    import ssl
+
+    trusting = ssl.create_default_context(cafile=str(cert))
+    with httpx.Client(base_url=base, timeout=10.0,
+                      transport=httpx.HTTPTransport(local_address="127.0.0.3", verify=trusting)) as browser:
+        page = browser.get("/")
+        assert page.status_code == 303 and page.headers["Location"].startswith("/login"), page.text[:300]
+        with caplog.at_level(logging.INFO, logger="app.auth"):
+            assert login(browser, PASSWORD).status_code == 303
+        chat = browser.get("/", follow_redirects=True)
+        assert chat.status_code == 200 and chat.url.path.startswith("/s/") and "Sign out" in chat.text
+        token = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(chat.text)).group(1)
+        sent = browser.post(f"{chat.url.path}/title", data={"title": "Through nginx"},
+                            headers={"X-CSRF-Token": token, "HX-Request": "true", "Origin": base})
+        assert sent.status_code == 200, sent.text[:300]                   # the Origin check sees the browser's name
+    signed = [r.getMessage() for r in caplog.records if "signed in from" in r.getMessage()]
+    assert signed == [f"signed in from {'127.0.0.3' if trusted else '127.0.0.1'}"]   # the client, when trusted
+    with httpx.Client(timeout=10.0) as plain:                            # plain HTTP only redirects to TLS
+        moved = plain.get(f"http://127.0.0.1:{http_port}/")
+        assert moved.status_code == 301 and moved.headers["Location"].startswith("https://127.0.0.1")
+    with client(live) as local:                                          # this machine itself: no password
+        assert local.get("/", follow_redirects=True).status_code == 200
+    assert auth.proxy_problems(live.config, sites=()) == []
+
+
+def test_a_bare_proxy_pass_is_asked_the_password_and_harvey_check_says_why(tmp_path, scripted, serve, nginx):
+    live = serve(configured(tmp_path, scripted, password=False))
+    app_port, http_port = live.server.effective_port, free_port()
+    nginx(bare_site(app_port, http_port), http_port)
+    with httpx.Client(timeout=10.0) as browser:
+        page = browser.get(f"http://127.0.0.1:{http_port}/")
+        assert page.status_code == 503 and "harvey set-password" in page.text     # not the chat
+    with client(live) as local:
+        assert local.get("/", follow_redirects=True).status_code == 200          # this machine itself
+    (tmp_path / "harvey.yaml").write_text(
+        f"ollama:\n  url: {scripted.url}\n  model: tiny:1b\nserver:\n  host: 127.0.0.1\n  port: {app_port}\n"
+        f"workspace: {tmp_path}/workspace\nsessions_dir: {tmp_path}/sessions\ndata_dir: {tmp_path}/data\n")
+    check = subprocess.run([sys.executable, "-m", "app.cli", "--config", str(tmp_path / "harvey.yaml"), "check"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1, check.stdout
+    assert "through a proxy on this machine that sends no forwarding headers (HTTP/1.0" in check.stdout
+    assert "deploy/nginx-harvey.conf" in check.stdout
+
+
+def test_harvey_check_names_an_nginx_site_that_passes_to_harvey_without_forwarding_headers(tmp_path, scripted):
+    config = configured(tmp_path, scripted, password=False)
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, port=8080))
+    sites = tmp_path / "sites-enabled"
+    sites.mkdir()
+    (sites / "bare").write_text(bare_site(8080, 80) + "# proxy_set_header X-Forwarded-For (a comment is no header)\n")
+    (sites / "documented").write_text(NGINX_SITE.read_text())
+    (sites / "elsewhere").write_text(bare_site(9000, 81))
+    problems = auth.proxy_problems(config, sites=(sites, tmp_path / "missing"))
+    assert problems == [f"{sites / 'bare'} passes requests to Harvey (port 8080) without X-Forwarded-For: "
+                        "add the proxy_set_header lines of deploy/nginx-harvey.conf."]

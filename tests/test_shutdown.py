@@ -29,6 +29,7 @@ import pytest
 
 from app.sessions import fountain, notes
 from scripted_ollama import Reply
+from conftest import require
 from waiting import wait_for_exit, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,8 @@ def free_port() -> int:
 class Serve:
     """`python -m app.cli serve` in its own process, with an httpx client that holds the CSRF token."""
 
-    def __init__(self, folder: Path, ollama_url: str):
+    def __init__(self, folder: Path, ollama_url: str, *options: str):
+        """``options``: more arguments for ``harvey serve`` (``--demo``)."""
         self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -64,7 +66,7 @@ class Serve:
         env.pop("OLLAMA_HOST", None)
         env.pop("HARVEY_MODEL", None)
         self.log = open(folder / f"serve-{self.port}.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--config", str(config)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--config", str(config), *options],
                                      cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
         self.token = ""
@@ -110,8 +112,8 @@ class Serve:
 def serves(tmp_path):
     started: list[Serve] = []
 
-    def start(ollama_url: str) -> Serve:
-        serve = Serve(tmp_path, ollama_url)
+    def start(ollama_url: str, *options: str) -> Serve:
+        serve = Serve(tmp_path, ollama_url, *options)
         started.append(serve)
         return serve
 
@@ -266,3 +268,83 @@ def test_sigterm_while_ollama_has_not_answered_yet_still_records_and_exits_in_ti
     turn = session_turns(tmp_path, name)[0]
     assert turn.user_text == "hello?" and turn.reply is None
     assert notes.read(turn.notes).interrupted.startswith("the server was stopped"), turn.notes
+
+
+# -- the bundled model (issue 23 item 10): a quiet, prompt exit --------------------------------
+
+PROMPT_EXIT_S = 10.0     # "within a few seconds", generous for a busy 2-core machine
+
+
+def nobody_listening() -> str:
+    """An Ollama URL where nothing answers, so ``harvey serve --demo`` starts the bundled model."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.mark.realmodel
+def test_sigterm_mid_analysis_with_the_bundled_model_exits_promptly_quietly_and_resumably(tmp_path, serves):
+    """The model may be deep in a map prompt (no token yet) when SIGTERM comes: it stops within a batch."""
+    from harvey_demo import server as demo_server
+    from test_analysis import big_markdown
+
+    require(demo_server.model_available(), demo_server.INSTALL_HINT)
+    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace" / "big.md").write_text(big_markdown())
+    serve = serves(nobody_listening(), "--demo")
+    name = serve.open_session()
+    card = serve.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
+    job = re.search(r"/analysis/([0-9a-f]+)/start", card).group(1)
+    serve.post(f"/s/{name}/analysis/{job}/start", data={"instruction": "Summarize each section.", "scope": "all"})
+    wait_until(lambda: (tmp_path / "data" / "jobs" / job / "job.json").exists()
+               and '"state": "running"' in (tmp_path / "data" / "jobs" / job / "job.json").read_text(),
+               60, "the analysis to be running (a map call in flight: each takes seconds)")
+    t0 = time.monotonic()
+    serve.proc.send_signal(signal.SIGTERM)
+    status = wait_for_exit(serve.proc, PROMPT_EXIT_S, "harvey serve --demo to exit after SIGTERM")
+    took = time.monotonic() - t0
+    output = serve.output()
+    assert status == 0, output
+    assert "Traceback" not in output, output
+    print(f"SIGTERM mid map call with the bundled model: exited 0 after {took:.1f} s")
+    again = serves(nobody_listening(), "--demo")
+    page = html.unescape(again.get(f"/s/{name}").text)
+    assert "Analysis of big.md was interrupted" in page                  # resumable: its card offers to go on
+    assert "Resume from chunk" in page or ">Retry</button>" in page      # (Retry: no chunk had finished)
+    again.proc.send_signal(signal.SIGTERM)
+    assert wait_for_exit(again.proc, PROMPT_EXIT_S, "harvey serve --demo to exit") == 0
+    assert "Traceback" not in again.output()
+
+
+@pytest.mark.realmodel
+def test_clients_that_go_away_leave_a_log_line_not_a_traceback(tmp_path):
+    """Reset connections (mid request line, mid stream) against the demo server as its own process."""
+    import struct
+
+    from harvey_demo import server as demo_server
+
+    require(demo_server.model_available(), demo_server.INSTALL_HINT)
+    port = free_port()
+    log = open(tmp_path / "demo.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "harvey_demo.server", "--port", str(port)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "serving Ollama's API" in (tmp_path / "demo.log").read_text() or proc.poll() is not None,
+                   60, "the demo server to start")
+        body = b'{"model": "smollm2:135m", "messages": [{"role": "user", "content": "Count to fifty."}]}'
+        for sent in (b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{",   # body cut off
+                     b"GET /api/ta",                                                             # request line cut
+                     b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+            sock.sendall(sent)
+            if sent.endswith(body):
+                assert sock.recv(64).startswith(b"HTTP/1.1 200")      # the stream has started
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()                                                # a reset, not a polite close
+        with httpx.Client(timeout=30) as client:                        # still serving
+            assert client.get(f"http://127.0.0.1:{port}/api/tags").status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        wait_for_exit(proc, PROMPT_EXIT_S, "the demo server to exit")
+        log.close()
+    output = (tmp_path / "demo.log").read_text()
+    assert "Traceback" not in output and "ConnectionResetError" not in output.replace(
+        "went away (ConnectionResetError)", ""), output

@@ -14,16 +14,11 @@ from bs4 import BeautifulSoup
 from app.chat import prepare
 from app.sessions import fountain, notes
 from app.sessions.store import SessionStore, TurnMoved
-from waiting import wait_until
+from waiting import wait_for
 from conftest import make_config
 from scripted_ollama import Reply
 
 T0 = datetime(2026, 11, 30, 9, 0, 0)
-
-
-def wait_for(predicate, timeout=10.0, what="the condition"):
-    """Poll ``predicate`` until true; fail after ``timeout`` s (tests/waiting.py's wait_until)."""
-    return wait_until(predicate, timeout, what)
 
 
 def idle(live, name):
@@ -215,6 +210,7 @@ def write_long_session(s: SessionStore, turns: int) -> str:
     return name
 
 
+@pytest.mark.slow          # writes and parses a 9 MB session: a benchmark-sized test (25-75 s here)
 def test_a_session_of_100000_scenes_is_paged_newest_first(live):
     from app.chat.views import PAGE_TURNS
 

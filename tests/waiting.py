@@ -30,6 +30,11 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, message: str =
     return value
 
 
+def wait_for(predicate: Callable[[], T], timeout: float = 30.0, what: str = "the condition") -> T:
+    """``wait_until`` as the chat and analysis tests call it (``what`` names the condition)."""
+    return wait_until(predicate, timeout, what)
+
+
 def wait_for_exit(proc, timeout: float, message: str = "the process to exit") -> int:
     """``proc.wait`` with a deadline that fails the test (and kills the process) instead of hanging."""
     import subprocess

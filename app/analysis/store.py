@@ -3,7 +3,9 @@
 ``job.json`` holds the job's state (written atomically on every transition);
 each partial answer is appended to ``results.jsonl`` and fsynced as it arrives,
 so a crash or a restart loses no finished chunk.  The last line for a chunk wins
-(a chunk that errored and was retried later has two lines).
+(a chunk that errored and was retried later has two lines).  A line a crash left
+half-written is skipped (with a log line) and never glued to the next record: an
+append after it starts on a line of its own.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ class JobStore:
         with self._lock:
             if job.id in self._removed:
                 return
-            with open(self.folder / job.id / "results.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(dataclasses.asdict(result)) + "\n")
+            with open(self.folder / job.id / "results.jsonl", "a+b") as fh:
+                line = json.dumps(dataclasses.asdict(result)).encode() + b"\n"
+                fh.write(_after_torn_line(fh) + line)
                 fh.flush()
                 os.fsync(fh.fileno())
             job.results[result.index] = result
@@ -81,13 +84,28 @@ class JobStore:
         """Read partial answers; a torn last line (crash mid-write) is skipped."""
         results: dict[int, ChunkResult] = {}
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         except FileNotFoundError:
             return results
-        for line in lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
             try:
                 r = ChunkResult(**json.loads(line))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError) as exc:
+                log.warning("%s line %d: skipping a torn or unreadable result (%s)", path, number,
+                            exc.__class__.__name__)
                 continue
             results[r.index] = r
         return results
+
+
+def _after_torn_line(fh) -> bytes:
+    """b"\\n" when the file (opened for append) ends inside a line a crash cut short, else b"".
+
+    Without it the next record would be written onto the torn line and be lost with it.
+    """
+    size = fh.seek(0, os.SEEK_END)
+    if size == 0:
+        return b""
+    return b"" if os.pread(fh.fileno(), 1, size - 1) == b"\n" else b"\n"
