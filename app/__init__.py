@@ -21,7 +21,7 @@ def create_app(config=None, *, services=None):
     """
     from flask import Flask
 
-    from . import files, health, security
+    from . import auth, files, health, security
     from .analysis import views as analysis_views
     from .chat import views as chat_views
     from .sessions import views as sessions_views
@@ -35,7 +35,7 @@ def create_app(config=None, *, services=None):
     app.config["SEND_FILE_MAX_AGE_DEFAULT"] = 3600   # static files: no re-check on every page load
     app.extensions["harvey"] = services or Services.from_config(config)
     app.extensions["harvey"].extra["app"] = app  # background workers render with it
-    security.init_app(app)
+    security.init_app(app, login_gate=auth.init_app)
     app.register_error_handler(HarveyError, _harvey_error)
     for module in (health, chat_views, files, analysis_views, sessions_views):
         app.register_blueprint(module.bp)

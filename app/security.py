@@ -50,21 +50,22 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, login_gate=None) -> None:
     """Install the secret key, the login gate, the request checks, headers and error pages.
 
     Order matters: the login gate first (a signed-out browser goes to /login),
-    then the encoding check (it must read the raw body before the form is
-    parsed), then the CSRF check.
+    then the body and encoding checks (they must read the raw body before the form
+    is parsed), then the CSRF check.  ``login_gate`` installs the gate (the app
+    factory passes ``auth.init_app``; this module does not import ``auth``, which
+    imports it).
     """
-    from . import auth
-
     svc = app.extensions["harvey"]
     app.secret_key = load_secret_key(svc.config.data_path / "secret_key")
     # Cookies are per host, not per port: a name of our own avoids other apps on the Pi.
     app.config.update(SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_NAME="harvey_session")
-    auth.init_app(app)
+    if login_gate is not None:
+        login_gate(app)
     app.before_request(refuse_body_over_limit)
     app.before_request(check_encoding)
     app.before_request(check_csrf)
