@@ -319,7 +319,10 @@ def test_a_decided_answer_recovered_after_a_crash_keeps_its_passages(tmp_path, s
         jobs.add_result(job, result)
     path = live.services.store.folder / f"{name}.spmd"
     play = fountain.loads(path.read_text())
-    del play.scenes[-2:]                                          # the scene and the answer, not yet written
+    asked = recorded_turn(live, name)
+    del play.scenes[-2:]                                          # the scene and the answer, not yet written:
+    pending = fountain.Turn(asked.when, asked.user_text, asked.model, harvey=asked.harvey)   # the card's turn
+    play.scenes.extend(fountain.turn_scenes(pending, "tester", config.workspace))
     path.write_text(fountain.dumps(play))
     live.close()
     again = make_live(config)
