@@ -222,6 +222,8 @@ class ChunkAnalysis:
     passages: dict[int, "Passage"] = field(default_factory=dict)
     source: str | None = None
     relevant: int | None = None
+    # Issue 22: each part of the file no answered chunk covers, as its note (notes.unread builds and reads it).
+    unread: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -983,6 +985,7 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str) -> Scene:
             els.extend(Element("note", text) for text in passage_notes(a.passages[i], a.chunks))
     if a.relevant is not None:
         els.append(Element("note", f"chunk-relevant: {a.relevant}/{a.chunks}"))
+    els.extend(Element("note", text) for text in a.unread)
     if a.synthesis is not None:
         if a.answer is not None:
             els.append(Element("dialogue", SYNTHESIZING, HARVEY))
@@ -1078,3 +1081,5 @@ def _read_chunk_note(a: ChunkAnalysis, note: str) -> None:
         a.relevant = int(m["n"])
     elif m := _SYNTHESIS_NOTE.fullmatch(note):
         a.synthesis = m["status"]
+    elif note.startswith("chunk-unread:"):
+        a.unread.append(note)
