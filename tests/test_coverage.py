@@ -198,6 +198,30 @@ def test_a_failed_chunk_is_named_by_its_lines(tmp_path, scripted, make_live):
     assert named == only_third and named                      # the overlaps its neighbours read are not named
 
 
+def test_cancel_then_synthesize_what_came_names_the_rest(tmp_path, scripted, make_live):
+    from test_analysis import big_file_config, slow_maps
+    scripted.script = slow_maps(0.03)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."})
+    wait_for(lambda: job.done_count >= 3, what="three chunks")
+    live.post(f"/s/{name}/analysis/{job.id}/cancel")
+    wait_state(job, "choose")
+    live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "yes"})
+    wait_settled(live, job, timeout=60)
+    answered = [rec for rec in maps_of(scripted) if not rec.disconnected]
+    turn = fountain.turns(fountain.loads(session_text(live, name)))[0]
+    spans = [notes.read_unread(n) for n in turn.analysis.unread]
+    lines = big_markdown().split("\n")
+    named = {m for s in spans for line in lines[s["lines"][0] - 1:s["lines"][1]] for m in PARAGRAPH_MARK.findall(line)}
+    assert named == set(PARAGRAPH_MARK.findall(big_markdown())) - covered(
+        [rec for rec in answered if int(MAP.search(rec.body["messages"][-1]["content"]).group(1)) - 1 in
+         {i for i, r in job.results.items() if r.status == "ok"}])
+    assert f"covers {job.done_count} of the {job.chunks} chunks" in turn.reply and "Not read: lines" in turn.reply
+
+
 # -- two devices -------------------------------------------------------------------------------
 
 def test_a_refused_second_start_writes_nothing_onto_the_running_job(tmp_path, scripted, make_live):
