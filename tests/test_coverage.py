@@ -90,6 +90,8 @@ def test_a_re_plan_past_the_agreed_calls_pauses_and_asks(dense):
     assert f"Read the rest ({more} more call{'s' if more != 1 else ''}" in card
     assert "Synthesize what was read" in card and "Discard this analysis" in card
     assert f"{limit} of the {job.chunks} chunks of the file have an answer" in card     # honest counts
+    last = notes.where(job.unread[-1])
+    assert job.unread and last.startswith("lines ") and last in card                     # and what is unread
     assert job.id in live.services.jobs.jobs and not live.services.jobs.busy(name)  # waits for the user
 
 
@@ -357,3 +359,25 @@ def test_a_reference_list_in_the_synthesis_is_not_linked(facts_live):
     assert 'class="cite"' not in refs                                  # no number of the list is a link
     assert "[1] Smith" in unescape(refs) and "Surveys [3] and" in unescape(refs)
     assert 'class="cite"' in reply[:reply.index("References")]         # the synthesis's own markers are
+
+
+@pytest.mark.parametrize("text, cited", [
+    ("The loop holds 417 litres [3].", [3]),
+    ("[1] Smith, J. (2019). Cooling loops.", []),
+    ("- [2] Doe, A. Surveys.", []),
+    ('He wrote "as shown in [3]" in the memo.', []),
+    ("> The rig [3] was tested.", []),
+    ("Use `argv[3]` here.", []),
+    ("He said “see [1]” about it [3].", [3]),
+    ("Two claims [1, 3] and a range [2-3].", [1, 3, 2]),
+])
+def test_the_document_s_own_numbers_are_never_citations_in_the_answer_or_its_links(text, cited):
+    """One rule (render.documents_own) for mapreduce's citations and the rendered links."""
+    from app import render
+    from app.analysis import mapreduce
+    assert mapreduce.citations(text) == cited
+    fixed, removed = mapreduce.resolve_citations(text, {1, 3})
+    assert removed == (1 if text.startswith("Two") else 0) and ("[1] Smith" in fixed or "Smith" not in text)
+    html = render.markdown(fixed, cite=lambda n: f"/p/{n}")
+    linked = [int(n) for n in re.findall(r'<a class="cite" href="/p/(\d+)"', html)]
+    assert list(dict.fromkeys(linked)) == mapreduce.citations(fixed)          # (citations: each once)

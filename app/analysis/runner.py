@@ -398,12 +398,14 @@ class JobRunner:
         if self._stopped(job):
             return self._after_stop(job)
         if job.synthesis != "pending" and job.wants_all and job.left_out:
-            return self._ask_to_read_on(job)
+            return self._ask_to_read_on(job, doc)
         self._reduce(job, doc)
 
-    def _ask_to_read_on(self, job: Job) -> None:
-        """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut silently)."""
-        self.transition(job, "confirm", expect="running", message=(
+    def _ask_to_read_on(self, job: Job, doc: chunking.Document) -> None:
+        """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut
+        silently); the card names the part not read so far."""
+        unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
+        self.transition(job, "confirm", expect="running", unread=unread, message=(
             f"{job.file} is denser than planned: the whole file needs {job.chunks} chunks, and the {job.total} "
             "agreed have run."))
         self._emit_state(job)

@@ -282,13 +282,16 @@ def sources(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -
     model), and the passages it is made from are in the scene already."""
     if not session or analysis is None:
         return []
-    out = []
-    for n, p in sorted(analysis.passages.items()):
-        where = (f"page {p.pages[0]}" if p.pages[0] == p.pages[1] else f"pages {p.pages[0]}–{p.pages[1]}") \
-            if p.pages else f"lines {p.lines[0]}–{p.lines[1]}"
-        out.append({"chunk": n, "where": where, "section": p.heading,
-                    "url": url_for("analysis.passage", name=session, turn=index, chunk=n)})
-    return out
+    return [{"chunk": n, "where": _where(p), "section": p.heading,
+             "url": url_for("analysis.passage", name=session, turn=index, chunk=n)}
+            for n, p in sorted(analysis.passages.items())]
+
+
+def _where(p: fountain.Passage) -> str:
+    """A passage's place for a reader: a PDF's pages, else its lines."""
+    if p.pages:
+        return f"page {p.pages[0]}" if p.pages[0] == p.pages[1] else f"pages {p.pages[0]}–{p.pages[1]}"
+    return f"lines {p.lines[0]}–{p.lines[1]}"
 
 
 def past_instructions(job: Job) -> list[library.Suggestion]:
