@@ -237,9 +237,11 @@ def test_a_refused_second_start_writes_nothing_onto_the_running_job(tmp_path, sc
     scripted.tags_delays = [1.0]              # the loser's @model lookup answers late
     live.services.client._models = None
     loser: list = []
+    lookups = len([r for r in scripted.requests if r.path == "/api/tags"])
     tap = threading.Thread(target=lambda: loser.append(live.post(url, data={"instruction": "List the dates. @nosuch"})))
     tap.start()
-    wait_for(lambda: any(r.path == "/api/tags" for r in scripted.requests), what="the loser's model lookup")
+    wait_for(lambda: len([r for r in scripted.requests if r.path == "/api/tags"]) > lookups,
+             what="the loser's model lookup")             # (it has passed the "proposed" check)
     winner = live.post(url, data={"instruction": "Summarize the methods."})
     assert winner.status_code == 200 and job.state in ("queued", "running")
     tap.join(30)
