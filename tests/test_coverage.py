@@ -383,3 +383,19 @@ def test_the_document_s_own_numbers_are_never_citations_in_the_answer_or_its_lin
     html = render.markdown(fixed, cite=lambda n: f"/p/{n}")
     linked = [int(n) for n in re.findall(r'<a class="cite" href="/p/(\d+)"', html)]
     assert list(dict.fromkeys(linked)) == mapreduce.citations(fixed)          # (citations: each once)
+
+
+def test_an_unread_note_round_trips_through_the_scene():
+    from datetime import datetime
+    spans = [{"lines": [12, 40], "pages": None, "section": "Intro"},
+             {"lines": [1201, 1500], "pages": [40, 52], "section": "Results › Table [[9]] … Appendix"}]
+    analysis = fountain.ChunkAnalysis(file="big.md", chunks=25, model="TINY", boundary="paragraph", chunk_size=600,
+                                      instruction="Summarize.", when=datetime(2026, 7, 1, 10, 0), results=["ok"] * 20,
+                                      synthesis="ok", unread=[notes.unread(s) for s in spans])
+    text = fountain.dump_scene(fountain.chunk_scene(analysis, "TESTER"))
+    assert "[[chunk-unread: lines 1201-1500, pages 40-52 — Results › Table [ [9] ] … Appendix]]" in text
+    back = fountain.read_chunk_scene(fountain.loads(text).scenes[0])
+    assert back.unread == analysis.unread and back.chunks == 25
+    read = [notes.read_unread(n) for n in back.unread]
+    assert read[0] == spans[0] and read[1]["lines"] == [1201, 1500] and read[1]["pages"] == [40, 52]
+    assert notes.where(read[1]) == "lines 1201–1500 (pages 40–52, Results › Table [ [9] ] … Appendix)"
