@@ -196,9 +196,14 @@ class Job:
         return self.selected in (0, self.chunks)
 
     @property
+    def file_chunks(self) -> int:
+        """The chunks the whole file needs: every count a card, an answer or a scene shows is "of" this."""
+        return max(self.chunks, self.total)
+
+    @property
     def left_out(self) -> int:
         """Chunks of the file this run does not read (a "first N" choice, or a re-plan past the limit)."""
-        return max(0, self.chunks - self.total)
+        return self.file_chunks - self.total
 
     @property
     def done_count(self) -> int:

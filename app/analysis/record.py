@@ -35,7 +35,7 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
             results.append("ok")
         else:
             results.append(f"error: {r.error}")
-    return fountain.ChunkAnalysis(file=job.file, chunks=max(job.chunks, job.total),
+    return fountain.ChunkAnalysis(file=job.file, chunks=job.file_chunks,
                                   model=fountain.model_cue(job.model),
                                   boundary=job.boundary, chunk_size=job.size_tokens,
                                   instruction=job.instruction, when=datetime.now().replace(microsecond=0),
@@ -61,7 +61,7 @@ def passages(job: Job) -> dict[int, fountain.Passage]:
 def relevant_line(job: Job) -> str:
     """What the answer's notice says: "31 of 115 chunks had something relevant", and when not every
     chunk of the file was read, how many were (the count is never of the chunks run alone)."""
-    chunks = max(job.chunks, job.total)
+    chunks = job.file_chunks
     line = f"{job.relevant_count} of {chunks} chunk{'s' if chunks != 1 else ''} had something relevant"
     if job.done_count < chunks:
         line += f"; {job.done_count} of the {chunks} were read"
@@ -71,7 +71,7 @@ def relevant_line(job: Job) -> str:
 def coverage_note(job: Job) -> str:
     """The answer's closing note when it does not rest on the whole file: how many chunks were read,
     why the others were not, and which lines (pages, sections) they hold. "" when all were read."""
-    chunks = max(job.chunks, job.total)
+    chunks = job.file_chunks
     failed = [i + 1 for i in range(job.total) if (r := job.results.get(i)) is not None and r.status != "ok"]
     not_run = [i + 1 for i in range(chunks) if job.results.get(i) is None]
     if not failed and not not_run:

@@ -19,6 +19,12 @@ sorted by what trying again can do:
   recorded for that chunk at once, never retried;
 * any other error is retried once, then recorded for that chunk.
 
+A re-plan (the file denser than planned) never cuts the run: when the whole
+file was chosen and it now needs more calls than the user agreed to, the agreed
+chunks run and the job pauses in "confirm" to ask (read the rest, or synthesize
+what was read). Whatever part of the file no answer covers is named in the
+answer and in the scene (``plan.unread``, ``record.coverage_note``).
+
 If no chunk produced an answer the job fails with a clear message and no
 synthesis request is sent.  Each map call asks for a structured partial answer
 (``mapreduce.MAP_SCHEMA`` through Ollama's ``format``); a server that refuses the
@@ -606,7 +612,7 @@ class JobRunner:
         self.transition(job, "synthesizing", expect="running", unread=unread)
         self._progress(job)
         relevant = [(i, r) for i, r in answered if r.relevant]
-        missing = [i + 1 for i in range(max(job.chunks, job.total))
+        missing = [i + 1 for i in range(job.file_chunks)
                    if job.results.get(i) is None or job.results[i].status != "ok"]
         if not relevant:
             answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
