@@ -17,6 +17,10 @@ Copy button that static/harvey.js wires up.
 A cited analysis answer's citations (``[12]``, ``[12, 40]``: chunk numbers) become links
 when :func:`markdown` is given ``cite``, which says where each number's passage opens; the
 text around them, and code, stay as they were, so the reply copies as the plain text it is.
+Only the synthesis's own markers are citations: a bracketed number that belongs to the
+document the answer quotes (:func:`documents_own`: it opens a line or list item, as in a
+reference list's ``[1] Smith, J.``, or sits in quotation marks, a block quote or code) stays text.
+``analysis.mapreduce`` resolves citations by the same rule.
 """
 
 from __future__ import annotations
@@ -34,6 +38,25 @@ TABLE_CLOSE = "</table>\n</div>\n"
 # A citation as the contract of issue #15 writes it: chunk numbers, comma-separated, in brackets.
 CITATION = re.compile(r"(?<![\w\]])\[(\d{1,6}(?:\s*,\s*\d{1,6})*)\](?![(:])")
 _NUMBER = re.compile(r"\d+")
+# What may stand before a bracketed number that labels its line (a reference list's "[1] Smith"):
+# nothing, a list marker, or a block quote's marker.
+_LABEL_BEFORE = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d{1,3}[.)]\s+)?$")
+_BLOCKQUOTE = re.compile(r"^\s{0,3}>")
+
+
+def documents_own(before: str, after: str) -> bool:
+    """Whether a bracketed number is the document's rather than a citation the synthesis wrote.
+
+    ``before``: its line up to the bracket (code already masked), ``after``: the line after it.
+    The synthesis cites after a claim ("... 417 litres [3]."); a number that opens a line or a
+    list item and is followed by text labels it (a reference list, a footnote), and one inside
+    quotation marks or a block quote is quoted from the document. (Code is never prose.)
+    """
+    if _LABEL_BEFORE.match(before) and after.strip():
+        return True
+    if _BLOCKQUOTE.match(before):
+        return True
+    return before.count('"') % 2 == 1 or before.rfind("“") > before.rfind("”") or before.rfind("«") > before.rfind("»")
 
 CODE_OPEN = ('<div class="code"><button class="button copy" type="button">Copy<span class="visually-hidden"> code</span></button>'
              '<pre tabindex="0"')
@@ -94,27 +117,39 @@ def markdown(text: str, cite: Callable[[int], str | None] | None = None) -> Mark
         return Markup(md.render(text or ""))
     env: dict = {}
     tokens = md.parse(text or "", env)
+    quoting = 0
     for token in tokens:
-        if token.type == "inline" and token.children:
+        quoting += (token.type == "blockquote_open") - (token.type == "blockquote_close")
+        if token.type == "inline" and token.children and not quoting:      # (a block quote is the document's)
             token.children = _with_citations(token.children, cite)
     return Markup(md.renderer.render(tokens, md.options, env))
 
 
+_BREAKS = ("softbreak", "hardbreak")
+
+
 def _with_citations(children: list, cite: Callable[[int], str | None]) -> list:
-    """Inline tokens with each citation in plain text (not in code, not in a link) made a citation token."""
+    """Inline tokens with each citation in plain text (not in code, not in a link, not the document's
+    own number by :func:`documents_own`) made a citation token."""
     from markdown_it.token import Token
 
-    out, depth = [], 0
-    for token in children:
+    out, depth, line = [], 0, ""          # line: the current line's text so far (code masked)
+    for k, token in enumerate(children):
         depth += token.type == "link_open"
         depth -= token.type == "link_close"
+        if token.type in _BREAKS:
+            line = ""
         if token.type != "text" or depth or not CITATION.search(token.content):
             out.append(token)
+            line += token.content if token.type == "text" else "x" * len(token.content or "x") \
+                if token.type not in _BREAKS else ""
             continue
+        more = "x" if k + 1 < len(children) and children[k + 1].type not in _BREAKS else ""
         at = 0
         for found in CITATION.finditer(token.content):
             numbers = [(int(m.group()), cite(int(m.group()))) for m in _NUMBER.finditer(found.group(1))]
-            if not any(url for _, url in numbers):
+            if not any(url for _, url in numbers) or documents_own(line + token.content[:found.start()],
+                                                                   token.content[found.end():] + more):
                 continue
             out.extend(_text(token.content[at:found.start()]))
             citation = Token("citation", "", 0)
@@ -122,6 +157,7 @@ def _with_citations(children: list, cite: Callable[[int], str | None]) -> list:
             out.append(citation)
             at = found.end()
         out.extend(_text(token.content[at:]))
+        line += token.content
     return out
 
 

@@ -200,7 +200,8 @@ def test_more_chunks_than_the_limit_needs_an_explicit_choice(tmp_path, scripted,
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "first"})
     list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
     assert job.state == "done" and len(scripted.chats()) == 5 + 1
-    assert "chunks=5," in session_text(live, name)
+    assert f"chunks={job.chunks}," in session_text(live, name) and job.chunks > 5    # the whole file's count
+    assert "[[chunk-unread: lines " in session_text(live, name)                      # and what was not read
 
 
 def slow_maps(delay):

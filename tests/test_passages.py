@@ -108,7 +108,7 @@ def test_only_cited_numbers_with_a_passage_become_links_and_code_stays_code():
 
 def _links(live, name):
     soup = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")
-    return soup, soup.select(".msg.reply a.cite")
+    return soup, soup.select(".msg.reply .text a.cite")      # the answer's own (not its Sources line)
 
 
 def test_the_chat_links_the_citations_and_the_file_keeps_them_plain(live):

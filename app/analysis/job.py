@@ -11,16 +11,29 @@ winner's change.
     state         meaning                                          -> next states
     proposed      the card asks for the instruction                -> queued, declined, discarded
     queued        waiting for the worker                           -> running, choose, interrupted, failed, discarded
-    running       map calls (one chunk at a time)                  -> cancelling, synthesizing, interrupted, failed, discarded
+    running       map calls (one chunk at a time)                  -> cancelling, synthesizing, confirm, interrupted,
+                                                                      failed, discarded
     cancelling    Cancel pressed; the request in flight is closed   -> choose, interrupted, failed, discarded
     synthesizing  combining the partial answers                    -> cancelling, done, interrupted, failed, discarded
     choose        after a cancel: synthesize what came, or drop it  -> queued, dropped, discarded
+    confirm       the whole file was chosen, but a re-plan needs    -> queued (read the rest, or synthesize what
+                  more calls than agreed: every agreed chunk has       was read), discarded
+                  run; the card asks before spending more
     interrupted   Ollama away, or the server stopped: Resume/Retry  -> queued, discarded
     failed        cannot finish (nothing answered, turn moved, ...) -> discarded
     done          answer decided, being written into the session    -> failed (the turn moved)
     dropped       partial answers dropped, being recorded           -> failed (the turn moved)
     declined      "no": nothing sent to a model                    -> (end)
     discarded     the user (or a session delete) threw it away      -> (end)
+
+``confirm`` is not active: like ``choose`` it waits for the user, so a restart keeps the question
+(only active jobs become ``interrupted``) and Resume does not apply to it.
+
+Every other write to a job (a note on its card, a re-plan, a cost figure the worker keeps)
+goes through ``StateMachine.update`` with the state its writer expects: a write that finds
+the job moved on (a second device's Start found it running) is refused, never applied.
+``results`` (the partial answers) is filled by the worker through ``StateMachine.add_result``
+and read by request threads through ``StateMachine.results``, both under the one lock.
 
 ``done``, ``dropped``, ``declined`` and ``discarded`` are settled: once the outcome
 is in the session file the job's folder goes and the runner forgets it.
@@ -40,10 +53,11 @@ from ..routing import without_mentions
 TRANSITIONS: dict[str, frozenset[str]] = {
     "proposed": frozenset({"queued", "declined", "discarded"}),
     "queued": frozenset({"running", "choose", "interrupted", "failed", "discarded"}),
-    "running": frozenset({"cancelling", "synthesizing", "interrupted", "failed", "discarded"}),
+    "running": frozenset({"cancelling", "synthesizing", "confirm", "interrupted", "failed", "discarded"}),
     "cancelling": frozenset({"choose", "interrupted", "failed", "discarded"}),
     "synthesizing": frozenset({"cancelling", "done", "interrupted", "failed", "discarded"}),
     "choose": frozenset({"queued", "dropped", "discarded"}),
+    "confirm": frozenset({"queued", "discarded"}),
     "interrupted": frozenset({"queued", "discarded"}),
     "failed": frozenset({"discarded"}),
     "done": frozenset({"failed"}),
@@ -55,8 +69,8 @@ STATES = tuple(TRANSITIONS)
 ACTIVE = ("queued", "running", "cancelling", "synthesizing")     # the worker owns the job
 WORKING = ("running", "synthesizing")                            # a stop request ends these
 SETTLED = ("done", "dropped", "declined", "discarded")          # outcome decided; forgotten once recorded
-OPEN = ("proposed", "choose", "interrupted", *ACTIVE)            # still needs the user or the worker
-DISCARDABLE = ("proposed", "choose", "interrupted", "failed")   # a card offers Discard
+OPEN = ("proposed", "choose", "confirm", "interrupted", *ACTIVE)  # still needs the user or the worker
+DISCARDABLE = ("proposed", "choose", "confirm", "interrupted", "failed")   # a card offers Discard
 
 
 def without_directive(instruction: str) -> str:
@@ -146,6 +160,13 @@ class Job:
     replans: list[list] = field(default_factory=list)
     source: str = ""                 # "sha256:" + the document's content hash [:16] (the record's chunk-source)
     format_refused: bool = False     # the server refused a JSON schema: map calls go as free text
+    # What the user chose on the card: "all" (the whole file; a re-plan that needs more calls than
+    # agreed asks first, state "confirm") or "first" (the first ``selected`` chunks). "" in a
+    # job.json from before: read from ``selected`` as before.
+    scope: str = ""
+    # The parts of the file no answered chunk covers, decided with the answer: [{"lines": [a, b],
+    # "pages": [p, q] or None, "section": "..."}] (``plan.unread``); the answer and the scene name them.
+    unread: list[dict] = field(default_factory=list)
 
     @property
     def asked(self) -> str:
@@ -164,7 +185,26 @@ class Job:
 
     @property
     def total(self) -> int:
+        """The chunks this run reads (the first ``selected``); ``chunks`` is what the whole file needs."""
         return self.selected or self.chunks
+
+    @property
+    def wants_all(self) -> bool:
+        """The user chose the whole file (or it was under the limit): a re-plan past the agreed
+        calls pauses the job to ask rather than cutting it."""
+        if self.scope:
+            return self.scope == "all"
+        return self.selected in (0, self.chunks)
+
+    @property
+    def file_chunks(self) -> int:
+        """The chunks the whole file needs: every count a card, an answer or a scene shows is "of" this."""
+        return max(self.chunks, self.total)
+
+    @property
+    def left_out(self) -> int:
+        """Chunks of the file this run does not read (a "first N" choice, or a re-plan past the limit)."""
+        return self.file_chunks - self.total
 
     @property
     def done_count(self) -> int:
@@ -192,10 +232,15 @@ class Job:
         return next((i for i in range(self.total) if (r := self.results.get(i)) is None or r.status != "ok"),
                     self.total)
 
+    def chunk_seconds(self) -> float:
+        """Seconds per chunk, from the chunks done so far (or the model's measured speed; 0: unknown)."""
+        results = [self.results.get(i) for i in range(self.total)]     # (.get: no iteration the worker can break)
+        timed = [r.seconds for r in results if r is not None and r.status == "ok" and r.seconds]
+        return sum(timed) / len(timed) if timed else self.seconds_per_chunk
+
     def eta_seconds(self) -> float | None:
         """Time left, from the chunks done so far (or the model's measured speed)."""
-        timed = [r.seconds for r in self.results.values() if r.status == "ok" and r.seconds]
-        per = sum(timed) / len(timed) if timed else self.seconds_per_chunk
+        per = self.chunk_seconds()
         return per * (self.total - self.processed) if per else None
 
     def public(self) -> dict:
@@ -207,9 +252,10 @@ class Job:
 class StateMachine:
     """Changes job states by the table, under one lock, and saves each change."""
 
-    def __init__(self, save: Callable[[Job], None]):
+    def __init__(self, save: Callable[[Job], None], append: Callable[[Job, ChunkResult], None] | None = None):
         self.lock = threading.RLock()
         self._save = save
+        self._append = append     # persists one result and puts it in job.results (JobStore.add_result)
 
     def transition(self, job: Job, new_state: str, *, expect: str | Iterable[str] | None = None,
                    **changes) -> Job:
@@ -229,16 +275,32 @@ class StateMachine:
             self._apply(job, {**changes, "state": new_state})
             return job
 
-    def update(self, job: Job, *, expect: str | Iterable[str] | None = None, **changes) -> Job:
-        """Change fields other than the state (a message on the card), under the same lock, saved."""
+    def update(self, job: Job, *, expect: str | Iterable[str], **changes) -> Job:
+        """Change fields other than the state (a message on the card, a re-plan), under the same lock,
+        saved; only in the state(s) ``expect`` names, which every writer must say: a write meant for
+        a card still asking (a refused Start's message) never lands on a job another device started."""
         if "state" in changes:
             raise ValueError("use transition() to change the state")
-        allowed = {expect} if isinstance(expect, str) else set(expect) if expect is not None else None
+        allowed = {expect} if isinstance(expect, str) else set(expect)
         with self.lock:
-            if allowed is not None and job.state not in allowed:
+            if job.state not in allowed:
                 raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
             self._apply(job, changes)
             return job
+
+    def add_result(self, job: Job, result: ChunkResult) -> None:
+        """The worker's one way to record a partial answer (saved, then in ``job.results``), under the lock."""
+        with self.lock:
+            if self._append is not None:
+                self._append(job, result)
+            else:
+                job.results[result.index] = result
+
+    def results(self, job: Job) -> list[ChunkResult]:
+        """A snapshot of the run's partial answers in chunk order, for request threads: they never
+        iterate ``job.results`` while the worker adds to it."""
+        with self.lock:
+            return [r for _, r in sorted(job.results.items()) if r.index < job.total]
 
     def _apply(self, job: Job, changes: dict) -> None:
         before = {key: getattr(job, key) for key in changes}

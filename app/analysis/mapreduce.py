@@ -36,6 +36,7 @@ from typing import Callable
 from .. import chunking
 from ..budget import estimate_messages, estimate_tokens, reduce_batches
 from ..errors import Refused
+from ..render import documents_own
 from .quotes import Squashed
 
 log = logging.getLogger(__name__)
@@ -251,42 +252,45 @@ def _cited(numbers: str) -> list[int]:
 
 def resolve_citations(answer: str, valid: set[int]) -> tuple[str, int]:
     """The answer with every citation reduced to chunks in ``valid`` (written ``[12, 40]``);
-    a citation of no valid chunk goes. Returns the text and how many numbers were removed."""
-    removed = 0
-
-    def fix(m: re.Match) -> str:
-        nonlocal removed
+    a citation of no valid chunk goes. A bracketed number that is the document's (in code, a
+    quotation, a reference list: ``render.documents_own``) is no citation and stays as it is.
+    Returns the text and how many numbers were removed."""
+    removed, out, last = 0, [], 0
+    for m in _markers(answer):
         cited = _cited(m.group(2))
         keep = sorted({n for n in cited if n in valid})
         removed += len(set(cited)) - len(keep)
-        return f"{m.group(1)}[{', '.join(map(str, keep))}]" if keep else ""
-
-    return _outside_code(answer, lambda prose: _CITATION.sub(fix, prose)), removed
+        out += [answer[last:m.start()], f"{m.group(1)}[{', '.join(map(str, keep))}]" if keep else ""]
+        last = m.end()
+    return "".join(out + [answer[last:]]), removed
 
 
 _CODE = re.compile(r"^(```|~~~)[^\n]*\n.*?(?:^\1[^\n]*$|\Z)|(`+)[^`\n]*?\2", re.S | re.M)
 
 
-def _outside_code(text: str, change: Callable[[str], str]) -> str:
-    """``change`` applied to the text between code fences and code spans only: ``argv[1]`` in
-    code is an index, not a citation."""
-    out, last = [], 0
-    for m in _CODE.finditer(text):
-        out += [change(text[last:m.start()]), m.group(0)]
-        last = m.end()
-    return "".join(out + [change(text[last:])])
+def _masked(text: str) -> str:
+    """``text`` with its code fences and spans blanked to the same length (newlines kept): ``argv[1]``
+    in code is an index, not a citation, and offsets still point into the original."""
+    return _CODE.sub(lambda m: re.sub(r"[^\n]", "·", m.group(0)), text)
+
+
+def _markers(answer: str) -> list[re.Match]:
+    """The synthesis's own citation markers (matches in the code-masked text, same offsets)."""
+    masked, found = _masked(answer), []
+    for m in _CITATION.finditer(masked):
+        at = m.start() + len(m.group(1))                 # the bracket
+        line_start = masked.rfind("\n", 0, at) + 1
+        line_end = len(masked) if (e := masked.find("\n", m.end())) < 0 else e
+        if not documents_own(masked[line_start:at], masked[m.end():line_end]):
+            found.append(m)
+    return found
 
 
 def citations(answer: str) -> list[int]:
     """Every chunk number the answer cites, in order of first use."""
     seen: dict[int, None] = {}
-
-    def note(prose: str) -> str:
-        for m in _CITATION.finditer(prose):
-            seen.update(dict.fromkeys(_cited(m.group(2))))
-        return prose
-
-    _outside_code(answer, note)
+    for m in _markers(answer):
+        seen.update(dict.fromkeys(_cited(m.group(2))))
     return list(seen)
 
 

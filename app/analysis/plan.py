@@ -121,22 +121,22 @@ REPLAN_CAUTION = 0.95    # a measured figure is a little high when a server reus
 MAX_REPLANS = 4          # a file whose density keeps changing is not re-planned after every chunk
 
 
-def job_chunks(svc, job: Job, doc: chunking.Document) -> list[chunking.Chunk]:
-    """The job's chunks: the plan's, with the rest re-sized at each re-plan (``chunking.chunks_from``)."""
+def job_chunks(svc, job: Job, doc: chunking.Document, whole: bool = False) -> list[chunking.Chunk]:
+    """The job's chunks: the plan's, with the rest re-sized at each re-plan (``chunking.chunks_from``);
+    the run's first ``job.total``, or (``whole``) every chunk the file needs."""
     chunks = chunking.chunk_document(doc)
     for at, offset, bpt, size in job.replans:
         chunks = chunks[:at] + chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
-    return chunks[:job.total]          # (a re-plan set the new total)
+    return chunks if whole else chunks[:job.total]          # (a re-plan set the new total)
 
 
-def _selected(svc, job: Job, chunks: int) -> tuple[int, bool]:
-    """How many of the re-planned chunks run, and whether the whole file was chosen but the limit
-    now leaves some out: all of them when the user chose the whole file, but never more than
-    they agreed to (``max_chunks``, or the larger count they chose); the first N stay the first N."""
-    if job.selected not in (0, job.chunks):
-        return min(job.selected, chunks), False
-    selected = min(chunks, max(svc.config.chunking.max_chunks, job.selected))
-    return selected, selected < chunks
+def _selected(svc, job: Job, chunks: int) -> int:
+    """How many of the re-planned chunks run before the user is asked again: all of them when the
+    user chose the whole file, but never more than they agreed to (``max_chunks``, or the larger
+    count they chose; the worker then pauses in "confirm"); the first N stay the first N."""
+    if not job.wants_all:
+        return min(job.selected, chunks)
+    return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
 
 
 def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Document:
@@ -167,11 +167,48 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
     chunks = at + len(rest)
     estimate = estimate_cost(svc, job.model, job.window, bpt, job.task,
                              [c.tokens for c in done] + [c.tokens for c in rest])
-    selected, capped = _selected(svc, job, chunks)
-    message = (f"{job.file} is denser than planned: it makes {chunks} chunks; the first {selected} (the "
-               "limit) are analysed." if capped else job.message)
+    selected = _selected(svc, job, chunks)
+    message = job.message
+    if job.wants_all and selected < chunks:
+        message = (f"{job.file} is denser than planned: the whole file needs {chunks} chunks, {chunks - selected} "
+                   f"more than the {selected} agreed. After chunk {selected} you choose whether to read the rest.")
     return dict(replans=[*job.replans, [at, offset, bpt, size]], chunks=chunks, selected=selected, message=message,
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or job.estimated_seconds)
+
+
+def unread(job: Job, doc: chunking.Document, chunks: list[chunking.Chunk]) -> list[dict]:
+    """The parts of the file that no answered chunk covers, each as its lines (and a PDF's pages, and
+    the sections it spans), so the answer and the scene can name what the answer does not rest on.
+
+    Computed from the text the chunks cover (their overlaps included: what the model saw), not
+    from chunk numbers: a failed chunk whose neighbours' overlaps read its edges leaves only its
+    middle unread. ``chunks``: every chunk the whole file needs (``job_chunks(..., whole=True)``).
+    """
+    read = [(c.start, c.end) for c in chunks
+            if (r := job.results.get(c.index)) is not None and r.status == "ok"]
+    text, spans, at = doc.text, [], 0
+    for start, end in sorted(read) + [(len(text), len(text))]:
+        if start > at:
+            spans += _span(doc, chunks, at, start)
+        at = max(at, end)
+    return spans
+
+
+def _span(doc: chunking.Document, chunks: list[chunking.Chunk], start: int, end: int) -> list[dict]:
+    """The unread text ``start:end`` as one span (none when it is only blank space)."""
+    text = doc.text
+    lead = len(text[start:end]) - len(text[start:end].lstrip())
+    trail = len(text[start:end]) - len(text[start:end].rstrip())
+    start, end = start + lead, end - trail
+    if start >= end:
+        return []
+    pages = doc.source.pages_of(start, end) if doc.source is not None else None
+    sections = [" › ".join(c.heading_path) for c in chunks if c.body_start < end and c.end > start and c.heading_path]
+    section = sections[0] if sections else ""
+    if sections and sections[-1] != section:
+        section += f" … {sections[-1]}"
+    return [{"lines": [text.count("\n", 0, start) + 1, text.count("\n", 0, end - 1) + 1],
+             "pages": list(pages) if pages else None, "section": section}]
 
 
 def file_tokens(svc, file: str, bpt: float) -> tuple[str, int]:

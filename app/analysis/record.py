@@ -20,9 +20,12 @@ from datetime import datetime
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .job import Job
+from .mapreduce import ranges
 
 
 def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
+    """The scene: ``chunks`` is what the whole file needs (never only the chunks run), one result per
+    chunk of the run, and each part of the file no answer covers as a ``chunk-unread`` note."""
     results = []
     for i in range(job.total):
         r = job.results.get(i)
@@ -32,13 +35,15 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
             results.append("ok")
         else:
             results.append(f"error: {r.error}")
-    # Harvey's units and names in the chunk note: the raw model name, chunk-size in bytes (issue 26).
-    return fountain.ChunkAnalysis(file=job.file, chunks=job.total, model=job.model,
+    # Harvey's units and names in the chunk note: the raw model name, chunk-size in bytes (issue 26);
+    # chunks: how many the whole file needs, whatever was read (issue 22).
+    return fountain.ChunkAnalysis(file=job.file, chunks=job.file_chunks, model=job.model,
                                   boundary=job.boundary, chunk_size=job.size_tokens,
                                   chunk_bytes=round(job.size_tokens * job.map_bpt),
                                   instruction=job.instruction, when=datetime.now().replace(microsecond=0),
                                   results=results, synthesis=synthesis, passages=passages(job),
-                                  source=job.source or None, relevant=job.relevant_count)
+                                  source=job.source or None, relevant=job.relevant_count,
+                                  unread=[notes.unread(span) for span in job.unread])
 
 
 def passages(job: Job) -> dict[int, fountain.Passage]:
@@ -56,8 +61,29 @@ def passages(job: Job) -> dict[int, fountain.Passage]:
 
 
 def relevant_line(job: Job) -> str:
-    """What the card and the answer's notice say: "31 of 115 chunks had something relevant"."""
-    return f"{job.relevant_count} of {job.total} chunk{'s' if job.total != 1 else ''} had something relevant."
+    """What the answer's notice says: "31 of 115 chunks had something relevant", and when not every
+    chunk of the file was read, how many were (the count is never of the chunks run alone)."""
+    chunks = job.file_chunks
+    line = f"{job.relevant_count} of {chunks} chunk{'s' if chunks != 1 else ''} had something relevant"
+    if job.done_count < chunks:
+        line += f"; {job.done_count} of the {chunks} were read"
+    return line + "."
+
+
+def coverage_note(job: Job) -> str:
+    """The answer's closing note when it does not rest on the whole file: how many chunks were read,
+    why the others were not, and which lines (pages, sections) they hold. "" when all were read."""
+    chunks = job.file_chunks
+    failed = [i + 1 for i in range(job.total) if (r := job.results.get(i)) is not None and r.status != "ok"]
+    not_run = [i + 1 for i in range(chunks) if job.results.get(i) is None]
+    if not failed and not not_run:
+        return ""
+    why = ([f"chunk{'s' if len(failed) > 1 else ''} {ranges(failed)} had no answer"] if failed else []) + (
+        [f"chunk{'s' if len(not_run) > 1 else ''} {ranges(not_run)} {'were' if len(not_run) > 1 else 'was'} "
+         "not run"] if not_run else [])
+    where = "; ".join(notes.where(span) for span in job.unread)
+    return (f"\n\n_Note: this answer covers {job.done_count} of the {chunks} chunks of {job.file} "
+            f"({', '.join(why)})" + (f". Not read: {where}" if where else "") + "._")
 
 
 def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:

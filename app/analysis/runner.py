@@ -19,6 +19,12 @@ sorted by what trying again can do:
   recorded for that chunk at once, never retried;
 * any other error is retried once, then recorded for that chunk.
 
+A re-plan (the file denser than planned) never cuts the run: when the whole
+file was chosen and it now needs more calls than the user agreed to, the agreed
+chunks run and the job pauses in "confirm" to ask (read the rest, or synthesize
+what was read). Whatever part of the file no answer covers is named in the
+answer and in the scene (``plan.unread``, ``record.coverage_note``).
+
 If no chunk produced an answer the job fails with a clear message and no
 synthesis request is sent.  Each map call asks for a structured partial answer
 (``mapreduce.MAP_SCHEMA`` through Ollama's ``format``); a server that refuses the
@@ -89,7 +95,7 @@ class JobRunner:
     def __init__(self, svc):
         self.svc = svc
         self.store = JobStore(svc.config.data_path / "jobs")
-        self.machine = StateMachine(self.store.save)
+        self.machine = StateMachine(self.store.save, self.store.add_result)
         self._lock = self.machine.lock          # the one lock of every job state change
         self.jobs: dict[str, Job] = {}
         self.logs: dict[str, EventLog] = {}
@@ -155,12 +161,9 @@ class JobRunner:
         try:
             self._hold(job)
         except Busy as exc:
-            self._refuse(job, f"{exc} (The analysis waits; try again when that has finished.)")
-
-    def results_of(self, job: Job) -> dict[int, ChunkResult]:
-        """A copy of the job's results, taken under the lock the worker writes them under."""
-        with self._lock:
-            return dict(job.results)
+            message = f"{exc} (The analysis waits; try again when that has finished.)"
+            self.note(job, message, expect=job.state)
+            raise JobError(message) from None
 
     def _log_key(self, job: Job) -> str:
         """Event ids of this process's log of a job: never taken for another process's (a restart)."""
@@ -196,6 +199,10 @@ class JobRunner:
             if job.state in OPEN:
                 return job
         return None
+
+    def results(self, job: Job) -> list[ChunkResult]:
+        """The run's partial answers as they are now, for a request thread (the worker adds to them)."""
+        return self.machine.results(job)
 
     def busy(self, session: str) -> bool:
         return any(job.state in ACTIVE for job in self.for_session(session))
@@ -264,20 +271,23 @@ class JobRunner:
                 self.machine.update(job, expect="proposed", **changes)
                 raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
         chunks, selected = changes.get("chunks", job.chunks), changes.get("selected", job.selected)
+        chosen = "all"
         if chunks > max_chunks:
             if scope not in ("all", "first"):
                 raise JobError(f"Choose whether to analyse all {chunks} chunks or only the first {max_chunks}.")
-            selected = chunks if scope == "all" else max_chunks
-        self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected},
+            selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
+        self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected}, scope=chosen,
                         instruction=instruction, message="", synthesis="")
         self._submit(job)
 
-    def note(self, job: Job, message: str, **changes) -> None:
-        """Show ``message`` on the job's card (e.g. why Start was refused)."""
+    def note(self, job: Job, message: str, *, expect: str | tuple[str, ...], **changes) -> None:
+        """Show ``message`` on the job's card (e.g. why Start was refused), if the job is still in the
+        state the writer saw (``expect``): a second device's refused Start finds the job running and
+        writes nothing onto it."""
         try:
-            self.machine.update(job, message=message, **changes)
+            self.machine.update(job, expect=expect, message=message, **changes)
         except InvalidTransition:
-            pass
+            log.info("analysis %s: a note for a %s job dropped: it is %s now", job.id, expect, job.state)
 
     def _route(self, instruction: str, default: str) -> tuple[str, str]:
         """``@name`` anywhere routes to that installed model; the directive is removed."""
@@ -334,6 +344,21 @@ class JobRunner:
         self.transition(job, "dropped", expect="choose")
         self._finish(job, answer=None, synthesis="cancelled")
 
+    def read_on(self, job: Job, rest: bool) -> None:
+        """The answer to "confirm": read the rest of the file (every chunk it needs), or synthesize
+        what was read (the answer then names the part that was not)."""
+        changes = dict(selected=job.chunks) if rest else dict(synthesis="pending")
+        with self.svc.store.lock(job.session):
+            if job.state != "confirm":
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
+            self._retake(job)
+            try:
+                self.transition(job, "queued", expect="confirm", message="", **changes)
+            except InvalidTransition:
+                self._release(job)
+                raise
+        self._submit(job)
+
     def resume(self, job: Job) -> None:
         """Continue an interrupted job: every chunk without an answer is tried again, no finished one."""
         if job.state != "interrupted":
@@ -358,7 +383,7 @@ class JobRunner:
         self._submit(job)
 
     def _refuse(self, job: Job, message: str) -> None:
-        self.note(job, message)
+        self.note(job, message, expect="interrupted")
         raise JobError(message)
 
     def discard(self, job: Job, expect=None) -> None:
@@ -429,12 +454,23 @@ class JobRunner:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
                                    "match. Discard this analysis and start a new one.")
         if job.source != (source := plan.source_of(doc)):     # a job.json from before issue #15
-            self.machine.update(job, source=source)
+            self.machine.update(job, expect="running", source=source)
         if job.synthesis != "pending" and not self._map_all(job, doc):
             return                  # interrupted: Ollama is away
         if self._stopped(job):
             return self._after_stop(job)
-        self._reduce(job)
+        if job.synthesis != "pending" and job.wants_all and job.left_out:
+            return self._ask_to_read_on(job, doc)
+        self._reduce(job, doc)
+
+    def _ask_to_read_on(self, job: Job, doc: chunking.Document) -> None:
+        """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut
+        silently); the card names the part not read so far."""
+        unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
+        self.transition(job, "confirm", expect="running", unread=unread, message=(
+            f"{job.file} is denser than planned: the whole file needs {job.chunks} chunks, and the {job.total} "
+            "agreed have run."))
+        self._emit_state(job)
 
     def _map_all(self, job: Job, doc: chunking.Document) -> bool:
         """Map every chunk without an answer (a finished one is never redone); False when interrupted.
@@ -458,7 +494,7 @@ class JobRunner:
                 log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are "
                          "re-sized (%d chunks in all, were %d)", job.id, job.file, job.measured_bpt,
                          job.bytes_per_token, changes["chunks"], job.chunks)
-                self.machine.update(job, **changes)
+                self.machine.update(job, expect="running", **changes)
                 chunks = plan.job_chunks(self.svc, job, doc)
                 self._progress(job)
         return True
@@ -534,7 +570,7 @@ class JobRunner:
                     return False
         if self._stopped(job) and result.status != "ok":
             return True
-        self.store.add_result(job, result)
+        self.machine.add_result(job, result)
         self.log_for(job).append("partial", str(chunk.index))
         self._progress(job)
         return True
@@ -557,7 +593,7 @@ class JobRunner:
             except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
-                self.machine.update(job, format_refused=True)
+                self.machine.update(job, expect="running", format_refused=True)
         messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
         return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
 
@@ -600,18 +636,21 @@ class JobRunner:
         (or the plan's, if that is more cautious)."""
         return min(job.bytes_per_token, self.svc.calibration.bytes_per_token(job.model, "prose", conservative=True))
 
-    def _reduce(self, job: Job) -> None:
+    def _reduce(self, job: Job, doc: chunking.Document) -> None:
         """Synthesize the relevant partial answers, with citations checked; with no answer at all,
-        fail without sending anything; with nothing relevant, say so without a synthesis call."""
+        fail without sending anything; with nothing relevant, say so without a synthesis call.
+        Whatever part of the file no answer covers is decided here (``plan.unread``) and named."""
         answered = [(i, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
         if not answered:
             first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
             return self._fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
                                    f"{first}", synthesis="error: no chunk produced an answer")
-        self.transition(job, "synthesizing", expect="running")
+        unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
+        self.transition(job, "synthesizing", expect="running", unread=unread)
         self._progress(job)
         relevant = [(i, r) for i, r in answered if r.relevant]
-        missing = [i + 1 for i in range(job.total) if job.results.get(i) is None or job.results[i].status != "ok"]
+        missing = [i + 1 for i in range(job.file_chunks)
+                   if job.results.get(i) is None or job.results[i].status != "ok"]
         if not relevant:
             answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
                       f"chunk{'s' if len(answered) != 1 else ''} read), so nothing was synthesized.")
@@ -619,9 +658,7 @@ class JobRunner:
             answer = self._synthesize(job, relevant, missing)
             if answer is None:
                 return
-        if missing:
-            answer += (f"\n\n_Note: chunk{'s' if len(missing) > 1 else ''} {mapreduce.ranges(missing)} of "
-                       f"{job.total} had no answer, so this synthesis does not cover them._")
+        answer += record.coverage_note(job)
         self.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time())
         self._finish(job, answer, "ok")
 

@@ -16,7 +16,7 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 from ..errors import Busy, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
 from ..services import services
-from ..sessions import fountain
+from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
@@ -59,8 +59,19 @@ def start(name: str, job_id: str):
             runner.start(job, instruction, request.form.get("scope", ""))
     except InvalidTransition:
         pass                                  # started (or answered) already: show the card as it is
-    except HarveyError as exc:
-        runner.note(job, str(exc), instruction=instruction)
+    except HarveyError as exc:                # refused: say why on the card, only if it is still asking
+        runner.note(job, str(exc), expect="proposed", instruction=instruction)
+    return _turn_html(job)
+
+
+@bp.post("/s/<name>/analysis/<job_id>/read-on")
+def read_on(name: str, job_id: str):
+    """The answer to a job that needs more calls than agreed: read the rest, or synthesize what was read."""
+    job = _job(name, job_id)
+    try:
+        services().jobs.read_on(job, rest=request.form.get("rest") == "yes")
+    except HarveyError:
+        pass            # answered already (another device), or the session is busy: the card says which
     return _turn_html(job)
 
 
@@ -85,8 +96,8 @@ def after_cancel(name: str, job_id: str):
     job = _job(name, job_id)
     try:
         services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes")
-    except InvalidTransition:
-        pass
+    except HarveyError:
+        pass            # answered already (another device), or the session is busy: the card says which
     return _turn_html(job)
 
 
@@ -225,7 +236,33 @@ def _card_context() -> dict:
     """What the analysis card needs in any page that shows one."""
     runner = services().jobs
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
-            "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions}
+            "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
+            "job_results": runner.results, "unread_where": unread_where, "sources": sources}
+
+
+def unread_where(job: Job) -> str:
+    """The parts of the file a job does not read, for its card ("" when it reads everything it needs)."""
+    return "; ".join(notes.where(span) for span in job.unread)
+
+
+def sources(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -> list[dict]:
+    """The answer's sources, from the passages the scene recorded (every chunk that had something
+    relevant), each with where it lies and the link that opens it: shown under the answer whether
+    or not the synthesis wrote ``[n]`` markers. Rendered at view time, not written into the answer:
+    the .spmd keeps the model's words (the terminal Harvey would send a list in the reply text to its
+    model), and the passages it is made from are in the scene already."""
+    if not session or analysis is None:
+        return []
+    return [{"chunk": n, "where": _where(p), "section": p.heading,
+             "url": url_for("analysis.passage", name=session, turn=index, chunk=n)}
+            for n, p in sorted(analysis.passages.items())]
+
+
+def _where(p: fountain.Passage) -> str:
+    """A passage's place for a reader: a PDF's pages, else its lines."""
+    if p.pages:
+        return f"page {p.pages[0]}" if p.pages[0] == p.pages[1] else f"pages {p.pages[0]}–{p.pages[1]}"
+    return f"lines {p.lines[0]}–{p.lines[1]}"
 
 
 def past_instructions(job: Job) -> list[library.Suggestion]:

@@ -126,7 +126,7 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
             view.alert, view.harvey_text = job, ""
         elif view is not None and view.analysis is not None and job.results:
             view.partials_job = job          # the partial answers stay openable after the job
-            view.partials = [r for _, r in sorted(svc.jobs.results_of(job).items()) if r.index < job.total]
+            view.partials = svc.jobs.results(job)     # (a snapshot under the runner's lock)
     return views
 
 

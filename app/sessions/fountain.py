@@ -227,6 +227,8 @@ class ChunkAnalysis:
     # is in tokens (this app's unit; 0 when a file does not say), ``chunk_bytes`` in bytes.
     chunk_bytes: int | None = None
     kind: str = "prose"
+    # Issue 22: each part of the file no answered chunk covers, as its note (notes.unread builds and reads it).
+    unread: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -1106,6 +1108,7 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
             els.extend(Element("note", text) for text in passage_notes(a.passages[i], a.chunks))
     if a.relevant is not None:
         els.append(Element("note", f"chunk-relevant: {a.relevant}/{a.chunks}"))
+    els.extend(Element("note", text) for text in a.unread)
     if a.synthesis is not None:
         if a.answer is not None:
             els.append(Element("dialogue", SYNTHESIZING, HARVEY))
@@ -1220,3 +1223,5 @@ def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None
         a.relevant = int(m["n"])
     elif m := _SYNTHESIS_NOTE.fullmatch(note):
         a.synthesis = m["status"]
+    elif note.startswith("chunk-unread:"):
+        a.unread.append(note)

@@ -59,6 +59,38 @@ def included(files: list[tuple[str, int]]) -> str:
 _INCLUDED = re.compile(r"(.+?) \((\d+) tokens\)(?:, |$)")
 
 
+# A part of an analysed file that no answered chunk covers (issue 22): a note of the CHUNK ANALYSIS
+# scene (fountain.ChunkAnalysis.unread carries it as written), so an answer never claims more than was read.
+_UNREAD = re.compile(r"chunk-unread:\s*lines (?P<l1>\d+)-(?P<l2>\d+)(?:, pages (?P<p1>\d+)-(?P<p2>\d+))?"
+                     r"(?:\s+—\s+(?P<section>.*))?")
+
+
+def unread(span: dict) -> str:
+    """``chunk-unread: lines 1201-1500, pages 40-52 — Section 9 … Section 12`` (pages and section when known)."""
+    (first, last), pages = span["lines"], span.get("pages")
+    section = " ".join(str(span.get("section") or "").split()).replace("]]", "] ]").replace("[[", "[ [")
+    return (f"chunk-unread: lines {first}-{last}" + (f", pages {pages[0]}-{pages[1]}" if pages else "")
+            + (f" — {section}" if section else ""))
+
+
+def read_unread(note: str) -> dict | None:
+    """An unread span back from its note (None: not one)."""
+    m = _UNREAD.fullmatch(" ".join(_body(note).split()))
+    if m is None:
+        return None
+    return {"lines": [int(m["l1"]), int(m["l2"])], "pages": [int(m["p1"]), int(m["p2"])] if m["p1"] else None,
+            "section": (m["section"] or "").strip()}
+
+
+def where(span: dict) -> str:
+    """An unread span for a reader: "lines 1201–1500 (pages 40–52, Section 9 … Section 12)"."""
+    (first, last), pages = span["lines"], span.get("pages")
+    text = f"lines {first}–{last}" if last != first else f"line {first}"
+    extra = [f"pages {pages[0]}–{pages[1]}" if pages[1] != pages[0] else f"page {pages[0]}"] if pages else []
+    extra += [span["section"]] if span.get("section") else []
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
 RETRY = "retry: this turn replaces the one before it"
 
 
