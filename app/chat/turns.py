@@ -17,7 +17,7 @@ from markupsafe import escape
 
 from ..errors import HarveyError, ModelError
 from ..modelserver import Cancelled
-from ..render import stable_end, streaming
+from ..render import MarkdownStream
 from ..routing import split_mention
 from ..sessions import fountain, names, notes
 from ..sessions.store import Session
@@ -152,15 +152,12 @@ def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
 
 def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared) -> None:
     """Generate in the background; write the reply into the turn when it ends."""
-    rendered_to = [0]
+    rendering = MarkdownStream(f"reply-text-{gen.turn}")
 
     def on_piece(gen: Generation, piece: str) -> None:
         gen.events.append("piece", str(escape(piece)))
-        if "\n" in piece:                  # Markdown as it streams: at each block that completes
-            text = gen.text
-            if (end := stable_end(text)) > rendered_to[0]:
-                rendered_to[0] = end
-                gen.events.append("rendered", str(streaming(text, f"reply-text-{gen.turn}")))
+        if (block := rendering.feed(piece)) is not None:     # Markdown as it streams: each block once
+            gen.events.append("block", str(block))
 
     def record(gen: Generation) -> None:
         if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
