@@ -152,12 +152,15 @@ def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
 
 def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared) -> None:
     """Generate in the background; write the reply into the turn when it ends."""
-    rendering = MarkdownStream(f"reply-text-{gen.turn}")
+    rendering, last_block = MarkdownStream(f"reply-text-{gen.turn}"), [0]
 
     def on_piece(gen: Generation, piece: str) -> None:
         gen.events.append("piece", str(escape(piece)))
         if (block := rendering.feed(piece)) is not None:     # Markdown as it streams: each block once
-            gen.events.append("block", str(block))
+            block_id = gen.events.append("block", str(block)).id
+            # its tail replaces the pieces before it: a reconnect needs them no more
+            gen.events.clear("piece", after=last_block[0])
+            last_block[0] = block_id
 
     def record(gen: Generation) -> None:
         if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
