@@ -11,6 +11,7 @@ import sys
 from dataclasses import fields
 from datetime import timedelta
 
+from app.sessions import index as sessions
 from test_session_pages import T0, listed, write_session
 
 
@@ -53,8 +54,9 @@ def test_the_index_holds_metadata_and_a_preview_not_the_text(live):
         assert not hasattr(entry, "text")
 
 
-def test_search_reads_the_files_and_keeps_nothing(live):
+def test_search_reads_the_files_and_keeps_nothing(live, monkeypatch):
     store = live.services.store
+    monkeypatch.setattr(sessions, "SEARCH_CHUNK", 7)       # every longer word crosses a chunk's end
     deep = write_session(store, T0, [("what about airships?", big_reply(40, "Zeppelin"), "tiny:1b")])
     other = write_session(store, T0 + timedelta(hours=1), [("fans", "The fan spins. 🌡️", "tiny:1b")])
     assert [r[0] for r in listed(live, "zeppelin")] == [deep]           # a word deep in a 100 KB reply

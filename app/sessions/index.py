@@ -4,7 +4,7 @@ The files stay the truth; this is a cache keyed by (mtime, size) that the list
 reads, so listing hundreds of sessions does not parse hundreds of files per
 request on a Pi. A summary is metadata and a one-line preview, never the
 session's text (issue 23 item 5: the text made the index as big as the archive,
-four times that once a file held one emoji); a search reads the files, one line
+four times that once a file held one emoji); a search reads the files, a chunk
 at a time, and keeps nothing. Each summary also keeps the session's chunk
 instructions (its INT. CHUNK ANALYSIS scenes' user lines, seed 000 D5), which the
 alert card offers again (app/analysis/library.py). The store, the one writer,
@@ -115,25 +115,27 @@ class SessionIndex:
         return [i for s in self.entries() for i in reversed(s.instructions)]
 
     def search(self, query: str) -> list[Summary]:
-        """Sessions whose file holds every word of ``query`` (case-insensitive), read line by line."""
+        """Sessions whose file holds every word of ``query`` (case-insensitive), read from the files."""
         words = query.casefold().split()
         return [s for s in self.entries() if _holds(self.folder / f"{s.name}{SUFFIX}", words)]
 
 
-def _holds(path: Path, words: list[str]) -> bool:
-    """Whether the file holds every word, stopping at the line that gives the last one.
+SEARCH_CHUNK = 1 << 20       # characters read at a time: a search's memory stays flat, its loop in C
 
-    A word never spans a line (the query's words hold no whitespace); one line at a time
-    keeps a search's memory flat however large the archive. A file gone since the scan holds nothing.
+
+def _holds(path: Path, words: list[str]) -> bool:
+    """Whether the file holds every word, read a chunk at a time and stopping once all are found.
+
+    Each chunk keeps the previous one's last characters, so a word across the boundary is found.
+    A file gone since the scan holds nothing.
     """
-    missing = set(words)
+    missing, keep, carried = set(words), max(map(len, words), default=1) - 1, ""
     try:
-        with path.open(encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                line = line.replace(_ZWSP, "").casefold()
-                missing = {w for w in missing if w not in line}
-                if not missing:
-                    return True
+        with path.open(encoding="utf-8", errors="replace") as file:
+            while missing and (chunk := file.read(SEARCH_CHUNK)):
+                text = carried + chunk.replace(_ZWSP, "").casefold()
+                missing = {w for w in missing if w not in text}
+                carried = text[len(text) - keep:] if keep else ""
     except OSError:
         return False
     return not missing
