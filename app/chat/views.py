@@ -187,8 +187,9 @@ def stream(name: str, turn: int):
 
     A reconnect that sends the Last-Event-ID of this reply gets only the pieces
     after that id; any other connect gets one snapshot of the reply so far, rebuilt
-    from the events (the blocks' HTML joined, the unfinished rest) and swapped in whole. The ids carry the activity's id, unique across restarts,
-    so an id from before a restart is never taken for a new reply's.  The stream
+    from the events (the blocks' HTML joined, the unfinished rest) and swapped in
+    whole. The ids carry the activity's id, unique across restarts, so an id from
+    before a restart is never taken for a new reply's.  The stream
     ends itself after the gate's lifetime and the browser comes back with its
     Last-Event-ID; over the gate's cap it is told to come back later.
     """
