@@ -216,13 +216,6 @@ class JobRunner:
                 return self._settled[job.id][1]
             return self.logs.setdefault(job.id, EventLog(key=self._log_key(job)))
 
-    def decorate(self, session, views) -> None:
-        """Put each open job's card on the turn it belongs to."""
-        for job in self.for_session(session.name):
-            if job.turn < len(views) and job.state not in ("declined", "discarded"):
-                views[job.turn].alert = job
-                views[job.turn].harvey_text = ""
-
     # -- the overflow alert ---------------------------------------------------------------
 
     def overflow(self, session: str, index: int, turn: fountain.Turn, prepared) -> Job:
@@ -330,17 +323,7 @@ class JobRunner:
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
         if keep and job.done_count:
-            with self.svc.store.lock(job.session):
-                if job.state != "choose":
-                    raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
-                self._retake(job)
-                try:
-                    self.transition(job, "queued", expect="choose", synthesis="pending")
-                except InvalidTransition:
-                    self._release(job)
-                    raise
-            self._submit(job)
-            return
+            return self._requeue(job, "choose", synthesis="pending")
         self.transition(job, "dropped", expect="choose")
         self._finish(job, answer=None, synthesis="cancelled")
 
@@ -348,16 +331,7 @@ class JobRunner:
         """The answer to "confirm": read the rest of the file (every chunk it needs), or synthesize
         what was read (the answer then names the part that was not)."""
         changes = dict(selected=job.chunks) if rest else dict(synthesis="pending")
-        with self.svc.store.lock(job.session):
-            if job.state != "confirm":
-                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
-            self._retake(job)
-            try:
-                self.transition(job, "queued", expect="confirm", message="", **changes)
-            except InvalidTransition:
-                self._release(job)
-                raise
-        self._submit(job)
+        self._requeue(job, "confirm", message="", **changes)
 
     def resume(self, job: Job) -> None:
         """Continue an interrupted job: every chunk without an answer is tried again, no finished one."""
@@ -371,12 +345,17 @@ class JobRunner:
         if doc.fingerprint != job.fingerprint:
             self._refuse(job, f"{job.file} has changed since the analysis started, so finished chunks no longer "
                               "match it. Discard this analysis and start a new one.")
+        self._requeue(job, "interrupted", message="")
+
+    def _requeue(self, job: Job, expect: str, **changes) -> None:
+        """Send a job that waits on the user (``expect``) back to work: it holds its session again,
+        under the session's lock so that no message slips in between, and is queued."""
         with self.svc.store.lock(job.session):
-            if job.state != "interrupted":
-                raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
+            if job.state != expect:
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now, not {expect}.")
             self._retake(job)
             try:
-                self.transition(job, "queued", expect="interrupted", message="")
+                self.transition(job, "queued", expect=expect, **changes)
             except InvalidTransition:
                 self._release(job)
                 raise
