@@ -244,6 +244,9 @@ class JobRunner:
             self.store.save(job)
         except BaseException:
             self._release(job)
+            with self._lock:
+                self.jobs.pop(job.id, None)
+                self.logs.pop(job.id, None)
             raise
         return job
 
@@ -253,6 +256,9 @@ class JobRunner:
         """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused)."""
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
+        if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
+            with self.svc.store.lock(job.session):
+                self._retake(job)
         model, text = self._route(instruction, job.model)
         if not text.strip():
             raise JobError("Write what to do with each chunk (or \"no\" to cancel).")
@@ -356,7 +362,7 @@ class JobRunner:
             self._retake(job)
             try:
                 self.transition(job, "queued", expect=expect, **changes)
-            except InvalidTransition:
+            except BaseException:         # not queued (changed meanwhile, or not saved): not held
                 self._release(job)
                 raise
         self._submit(job)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from markupsafe import escape
 
-from ..errors import HarveyError, ModelError
+from ..analysis.job import InvalidTransition
+from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
 from ..render import stable_end, streaming
 from ..routing import split_mention
@@ -54,9 +55,8 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
     """
     with svc.store.lock(name):
         pending = svc.jobs.open_for(name)
-        if pending is not None and pending.state == "proposed":
-            svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
-            if text.strip().lower() == "no":
+        if pending is not None and pending.state == "proposed" and _declined(svc, pending):
+            if text.strip().lower() == "no":       # a new message answers the card: "no" and carry on
                 return Outcome(svc.store.load(name), pending.turn, declined=True)
         svc.activities.check_free(name)
         untitled = svc.store.load(name)
@@ -84,14 +84,21 @@ def resend(svc, name: str, turn: int, model: str | None = None) -> Outcome | Non
 
 def regenerate(svc, name: str, turn: int, model: str | None = None) -> Outcome:
     """Ask the last message again (with ``model``): a new turn that replaces it in the history."""
-    from ..errors import Conflict
-
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
         if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
             raise Conflict("Only the last reply can be regenerated; this one is no longer the last.")
         return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False))
+
+
+def _declined(svc, job) -> bool:
+    """Answer a waiting card "no"; False when another device started it in the meantime."""
+    try:
+        svc.jobs.decline(job)
+        return True
+    except InvalidTransition:
+        return False
 
 
 def _edits_last(session: Session, index: int | None) -> bool:
@@ -129,7 +136,11 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         turn.notes.append(notes.offer_chunks(prepared.skipped))
     if prepared.overflow:
         job = svc.jobs.overflow(name, index, turn, prepared)     # takes the session for the card
-        session, index = svc.store.append_turn(name, turn)
+        try:
+            session, index = svc.store.append_turn(name, turn)
+        except BaseException:
+            svc.jobs.discard(job)         # no turn behind it: the card goes, the session is free
+            raise
         return Outcome(session, index, turn, model, job=job)
     gen = Generation(svc.activities.new_id(), name, index, model)
     svc.activities.begin(name, "reply", index, gen)
@@ -212,6 +223,10 @@ def _run_compact(svc, gen: Generation, request, summarised: int, left_out: int) 
     except ModelError as exc:
         gen.status, gen.error = ("stopped", None) if gen.stopped else ("error", exc)
         log.warning("compact of %s failed: %s", gen.session, exc)
+        return
+    except Exception as exc:              # never "stopped" for what was a crash
+        gen.status, gen.error = "error", ModelError(f"Unexpected failure: {exc}")
+        log.exception("compact of %s crashed", gen.session)
         return
     note = prepare.compact_note(summary, gen.model, summarised, left_out)
     try:
