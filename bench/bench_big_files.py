@@ -83,9 +83,11 @@ def one_case(filename: str, make) -> dict:
             seconds = time.monotonic() - t0
             _, peak = rss_kb(serve.pid)
         card = "/analysis/" in answer.text and "/start" in answer.text
-        found = re.search(r"approximately ([\d,]+) tokens", html.unescape(answer.text))
+        found = re.search(r"about ([\d,]+) tokens", html.unescape(answer.text))
+        chunks = re.search(r"(\d+) chunks of up to", html.unescape(answer.text))
         return {"size": size, "idle": idle, "peak": peak, "seconds": seconds, "status": answer.status_code,
-                "card": card, "tokens": found.group(1) if found else "?"}
+                "card": card, "tokens": found.group(1) if found else "?",
+                "chunks": chunks.group(1) if chunks else "?"}
     finally:
         stop_all(procs, tmp)
 
@@ -102,9 +104,9 @@ def main() -> None:
     for label, filename, make in cases:
         r = one_case(filename, make)
         print(label, r, flush=True)
-        rows.append([label, f"{r['size'] / 2**20:.1f} MB", r["status"], "yes" if r["card"] else "no", r["tokens"],
+        rows.append([label, f"{r['size'] / 2**20:.1f} MB", r["status"], "yes" if r["card"] else "no", r["tokens"], r["chunks"],
                      f"{r['idle'] / 1024:.0f} MB", f"{r['peak'] / 1024:.0f} MB", f"{r['seconds']:.1f} s"])
-    out = table(["file named in the message", "file size", "HTTP", "alert card", "card's tokens",
+    out = table(["file named in the message", "file size", "HTTP", "alert card", "card's tokens", "card's chunks",
                  "idle RSS", "peak RSS (VmHWM)", "answer time (info)"], rows)
     print(out)
     if args.write:
