@@ -104,8 +104,8 @@ def main() -> None:
     for label, filename, make in cases:
         r = one_case(filename, make)
         print(label, r, flush=True)
-        rows.append([label, f"{r['size'] / 2**20:.1f} MB", r["status"], "yes" if r["card"] else "no", r["tokens"], r["chunks"],
-                     f"{r['idle'] / 1024:.0f} MB", f"{r['peak'] / 1024:.0f} MB", f"{r['seconds']:.1f} s"])
+        rows.append([label, f"{r['size'] / 2**20:.1f} MB", r["status"], "yes" if r["card"] else "no",
+                     r["tokens"], r["chunks"], f"{r['idle'] / 1024:.0f} MB", f"{r['peak'] / 1024:.0f} MB", f"{r['seconds']:.1f} s"])
     out = table(["file named in the message", "file size", "HTTP", "alert card", "card's tokens", "card's chunks",
                  "idle RSS", "peak RSS (VmHWM)", "answer time (info)"], rows)
     print(out)
