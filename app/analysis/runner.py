@@ -222,7 +222,7 @@ class JobRunner:
         """Propose the analysis for turn ``index`` (about to be written) and put HARVEY's alert in the turn."""
         wf = prepared.overflow[0]
         job = self.propose(session, index, wf.name, turn.user_text, prepared.model,
-                           remaining=prepared.budget.remaining)
+                           remaining=prepared.budget.remaining, fields=prepared.plan)
         turn.harvey = OVERFLOW_TEXT.format(file=wf.name, tokens=job.file_tokens, remaining=job.remaining)
         if len(prepared.overflow) > 1:
             others = ", ".join(f.name for f in prepared.overflow[1:])
@@ -230,10 +230,11 @@ class JobRunner:
         return job
 
     def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int,
-                turn_text: str | None = None) -> Job:
-        """Plan the chunks of ``file`` for the card; nothing is sent to a model."""
+                turn_text: str | None = None, fields: dict | None = None) -> Job:
+        """Plan the chunks of ``file`` for the card (``fields``: planned already, outside the
+        session's lock); nothing is sent to a model."""
         name, _ = plan.file_tokens(self.svc, file, 4.0)       # refuses a path outside the workspace first
-        fields = plan.plan(self.svc, name, model, user_text)     # file_tokens: of the text, not the bytes
+        fields = fields or plan.plan(self.svc, name, model, user_text)   # file_tokens: of the text, not the bytes
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=name, user_text=user_text,
                   instruction=user_text, remaining=remaining, turn_text=turn_text, **fields)
         self._hold(job)
@@ -435,6 +436,9 @@ class JobRunner:
             doc = plan.document(self.svc, job)
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
+        if not job.fingerprint:           # planned from its measure (too large to read in a request)
+            self.machine.update(job, expect="running", **plan.exact(self.svc, job, doc))
+            self._progress(job)
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
                                    "match. Discard this analysis and start a new one.")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from markupsafe import escape
 
+from ..analysis import plan
 from ..analysis.job import InvalidTransition
 from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
@@ -52,7 +53,13 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
     A card waiting for its instruction is answered "no" by a new message (and a
     message that is just "no" ends there).  ``edit_of``: the message edits turn
     ``edit_of`` (the last one): it replaces that turn in the model's history.
+
+    The named files are sized, read and planned first, without the session's lock
+    (``_files_first``): a large file never holds the session while it is read.  Under
+    the lock the turn is routed again; the files are used only if they were prepared
+    for the same words and model (else they are prepared again there).
     """
+    ready = _files_first(svc, name, text, model)
     with svc.store.lock(name):
         pending = svc.jobs.open_for(name)
         if pending is not None and pending.state == "proposed" and _declined(svc, pending):
@@ -62,7 +69,7 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
         untitled = svc.store.load(name)
         session = _title_from_first(svc, untitled, text)
         retry = notes.retry(edited=True) if _edits_last(session, edit_of) else None
-        outcome = _send_locked(svc, session, text, model, retry)
+        outcome = _send_locked(svc, session, text, model, retry, ready)
     outcome.renamed = session.title != untitled.title
     return outcome
 
@@ -113,7 +120,47 @@ def _title_from_first(svc, session: Session, text: str) -> Session:
     return svc.store.rename(session.name, title) if title else session
 
 
-def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None) -> Outcome:
+@dataclass
+class _Ready:
+    """A message's files, prepared before the session's lock: for these words and this model."""
+
+    text: str
+    model: str
+    files: prepare.Prepared | None = None
+    error: HarveyError | None = None      # the files refused the turn (recorded under the lock)
+
+
+def _files_first(svc, name: str, text: str, model: str | None) -> _Ready | None:
+    """Size, read and plan the files ``text`` names, outside the session's lock (issue 23): the
+    expensive part of a send.  The model is read from the session as it is now; if it differs
+    under the lock, the files are prepared again there.  None: nothing could be prepared
+    (an unknown session or model): the locked path says why."""
+    try:
+        model = model or session_model(svc, svc.store.load(name))
+        mentioned, rest = split_mention(text, svc.models.models())
+    except (ModelError, HarveyError):
+        return None
+    model = mentioned or model
+    try:
+        files = prepare.prepare_files(svc, rest, model)
+        if files.overflow:
+            files.plan = plan.plan(svc, files.overflow[0].name, model, text)
+    except (ModelError, HarveyError) as exc:
+        return _Ready(rest, model, error=exc)
+    return _Ready(rest, model, files)
+
+
+def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, ready: _Ready | None):
+    """The turn's request: the files from ``ready`` when they were made for these words and model."""
+    if ready is None or (ready.text, ready.model) != (rest, model):
+        return prepare.prepare(svc, session.turns, rest, model, retrying=retrying)
+    if ready.error is not None:
+        raise ready.error
+    return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, files=ready.files)
+
+
+def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
+                 ready: _Ready | None = None) -> Outcome:
     """Under the session's lock: route, budget, then record the turn once and start its work."""
     name = session.name
     model = model or session_model(svc, session)
@@ -126,7 +173,7 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = prepare.prepare(svc, session.turns, rest, model, retrying=retry_note is not None)
+        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready)
     except (ModelError, HarveyError) as exc:
         return _refused(svc, name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)
