@@ -362,3 +362,9 @@ def test_real_chat_through_the_app_with_api_openai(tmp_path, llama_server, make_
     assert turn.reply == gen.text and turn.model == REAL_MODEL and "tok/s" in turn.stats
     health = httpx.get(f"{live.url}/healthz", timeout=10).json()
     assert health["model"] == REAL_MODEL
+
+
+def test_a_configured_window_larger_than_the_servers_is_refused_before_sending(llama):
+    with pytest.raises(errors.ContextExceeded, match="at most 4096") as info:
+        client(llama).chat_text("tiny:1b", HI, num_ctx=8192)
+    assert llama.chats() == [] and "nothing was sent" in str(info.value)

@@ -143,14 +143,30 @@ class OpenAIServer(HttpServer):
             body["temperature"] = temperature
         if format is not None:
             body["response_format"] = _response_format(format)
-        return OpenAIChatStream(self, body)
+        return OpenAIChatStream(self, body, int(num_ctx))
+
+    def check_window(self, model: str, num_ctx: int) -> None:
+        """Refuse a request budgeted for more than the server serves (a configured
+        ``context_window`` too large): the server would take the prompt, then run out of room
+        while answering, or, with context shift on, drop the prompt's start silently."""
+        served = self.window(model)
+        if served and num_ctx > served:
+            raise ContextExceeded(
+                f"The request was budgeted for a window of {num_ctx:,} tokens, but {self} serves {served:,} "
+                f"for {model}: set models.{model}.context_window to at most {served} in harvey.yaml (or remove "
+                f"it); nothing was sent.")
 
 
 class OpenAIChatStream(CallStream):
     """One streamed ``/v1/chat/completions`` reply (see ``base.ChatStream`` for the contract)."""
 
+    def __init__(self, server: OpenAIServer, body: dict, num_ctx: int):
+        super().__init__(server, body)
+        self._num_ctx = num_ctx
+
     def _read(self) -> Iterator[str]:
-        """Send, then yield each event's text; ``[DONE]`` ends it and ``usage`` is set."""
+        """Check the window, send, then yield each event's text; ``[DONE]`` ends it and sets ``usage``."""
+        self._server.check_window(self._body["model"], self._num_ctx)
         started = time.monotonic()
         first: float | None = None
         self._open(CHAT)
