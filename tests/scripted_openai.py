@@ -56,6 +56,7 @@ class ScriptedOpenAI:
         self.script = script or (lambda body: Reply(text=f"You said: {body['messages'][-1]['content'][:200]}"))
         self.unavailable = 0                # answer this many next chats with 503 (a server loading a model)
         self.refuse_format = False          # answer a chat with response_format as a server without it
+        self.props_unavailable = 0          # answer this many next /props with 503 (llama-server loading)
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -124,6 +125,9 @@ def _handler_for(server: ScriptedOpenAI):
                          **({"max_model_len": window} if server.kind == "vllm" else {})}
                         for name, window in server.models.items()]
                 return self._json(200, {"object": "list", "data": data})
+            if self.path == "/props" and server.props_unavailable:
+                server.props_unavailable -= 1
+                return self._error(503, "Loading model", "unavailable_error")
             if self.path == "/props" and server.kind == "llama":
                 window = next(iter(server.models.values()))
                 return self._json(200, {"default_generation_settings": {"n_ctx": window}, "total_slots": 1,

@@ -368,3 +368,12 @@ def test_a_configured_window_larger_than_the_servers_is_refused_before_sending(l
     with pytest.raises(errors.ContextExceeded, match="at most 4096") as info:
         client(llama).chat_text("tiny:1b", HI, num_ctx=8192)
     assert llama.chats() == [] and "nothing was sent" in str(info.value)
+
+
+def test_a_server_still_loading_is_asked_again_for_its_window(llama):
+    models = client(llama)
+    llama.props_unavailable = 1
+    with pytest.raises(errors.ServerError) as info:
+        models.window("tiny:1b")
+    assert info.value.transient
+    assert models.window("tiny:1b") == 4096 and llama.paths().count("/props") == 2

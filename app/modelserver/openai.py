@@ -93,16 +93,23 @@ class OpenAIServer(HttpServer):
         if entry is None:
             served = ", ".join(m.get("id", "?") for m in listing) or "none"
             raise ModelNotFound(model, f"start the server with it, or set ollama.model to one it serves ({served})")
-        window = _slot_context(self._server_props()) or _positive(entry.get("max_model_len"))
+        window = self._server_props().get("n_ctx") or _positive(entry.get("max_model_len"))
         return ModelFacts(name=model, context_length=window)
 
     def _server_props(self) -> dict:
-        """llama-server's ``/props`` (asked once; ``{}`` where the server has none, as vLLM)."""
+        """What the app uses of llama-server's ``/props``, asked once: ``n_ctx`` (per slot) and
+        ``build_info``; ``{}`` where the server has no such endpoint (vLLM). A server still loading
+        (503) raises, so nothing is kept and the next call asks again."""
         with self._probe_lock:
             if self._props is not None:
                 return self._props
         response = self._request("GET", "/props", timeout=10.0)
-        props = _json(response) if response.status_code == 200 else {}
+        if response.status_code in (404, 405, 501):
+            props = {}
+        else:
+            self._raise_for(response)
+            data = _json(response)
+            props = {"n_ctx": _slot_context(data), "build_info": data.get("build_info", "")}
         with self._probe_lock:
             self._props = props
         return props
