@@ -108,10 +108,6 @@ class Budget:
     def estimate(self, text: str) -> int:
         return estimate_tokens(text, self.bytes_per_token)
 
-    def estimate_bytes(self, size: int) -> int:
-        """Tokens of a file from its size alone (before reading it)."""
-        return math.ceil(size / self.bytes_per_token)
-
 
 def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float) -> Budget:
     """A budget with the fixed reservations (reply, safety margin) taken."""

@@ -557,6 +557,50 @@ def read_document(path: str | os.PathLike, settings: ChunkSettings | None = None
     return _document(text, kind, settings, spath, note, data if same else None)
 
 
+SAMPLE_BYTES = 256 * 1024     # a bounded sample: enough to tell a file's kind and its text per byte
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a file's text will be, told without extracting it: its estimated UTF-8 bytes, its
+    chunker kind, a sample of its text (to choose the calibration) and a PDF's page count."""
+
+    text_bytes: int
+    kind: str
+    sample: str = field(repr=False)
+    pages: int = 0
+
+
+def measure(path: str | os.PathLike) -> Measure:
+    """Size a file before anything reads it whole (issue 23): a 150 MB file named in a chat
+    must not be read into memory to learn it is too large.  Plain text: its size and a
+    sample of its start; HTML: the sample's share of text; PDF and Word: their loaders'
+    bounded samples (``documents.measure``)."""
+    spath = os.fspath(path)
+    from . import documents
+
+    if documents.format_for_path(spath) and os.path.isfile(spath):
+        text_bytes, sample, pages = documents.measure(spath)
+        kind = "markdown" if documents.format_for_path(spath) == "docx" else "prose"
+        return Measure(text_bytes, kind, sample, pages)
+    size = os.stat(spath).st_size
+    with open(spath, "rb") as fh:
+        head = fh.read(SAMPLE_BYTES)
+    sample = head.decode("utf-8", errors="ignore")
+    kind = kind_for_path(spath)
+    if kind != "html" or not head:
+        return Measure(size, kind, sample)
+    text = html_to_text(sample)
+    return Measure(math.ceil(size * len(text.encode()) / len(head)), kind, text)
+
+
+def with_settings(doc: Document, settings: ChunkSettings) -> Document:
+    """The same text under other chunk settings, without reading the file again (the fingerprint
+    includes the settings, so it is computed anew)."""
+    fp = hashlib.sha256(f"{doc.content_hash}|{doc.kind}|{settings.fingerprint}".encode()).hexdigest()[:16]
+    return dataclasses.replace(doc, settings=settings, fingerprint=fp)
+
+
 # ---------------------------------------------------------------- HTML
 
 _BLOCK_TAGS = frozenset({

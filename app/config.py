@@ -23,10 +23,15 @@ import yaml
 
 from .errors import ConfigError  # noqa: E402,F401 (the config's error lives in the one tree)
 
+API_KINDS = ("native", "openai")     # ollama.api: the kinds of model server app.modelserver can talk to
+
 
 @dataclass(frozen=True)
 class OllamaConfig:
     url: str = "http://127.0.0.1:11434"
+    # The server's API: "native" (Ollama's own) or "openai" (an OpenAI-compatible server that
+    # refuses over-long prompts: llama-server, llamafile, vLLM; see harvey.yaml.example).
+    api: str = "native"
     model: str = "llama3.2:3b"
     # Connect fails fast when Ollama is down; reads wait for a slow Pi.
     connect_timeout_s: float = 3.0
@@ -256,6 +261,9 @@ def _check(obj, source: str, prefix: str) -> None:
     elif isinstance(obj, OllamaConfig):
         if not obj.url.startswith(("http://", "https://")):
             raise bad("url", "an http:// or https:// URL", obj.url)
+        if obj.api not in API_KINDS:
+            raise bad("api", "native (Ollama) or openai (an OpenAI-compatible server such as llama-server)",
+                      obj.api)
         if obj.timeout_s <= 0 or obj.connect_timeout_s <= 0:
             raise bad("timeout_s", "a positive number of seconds", obj.timeout_s)
 

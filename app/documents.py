@@ -20,6 +20,7 @@ once.  The libraries are imported on first use, never at import time.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import threading
@@ -141,7 +142,22 @@ def extract(path: str | os.PathLike) -> Extracted:
     return found
 
 
-def _load(path: str, fmt: str | None) -> Extracted:
+SAMPLE_PAGES = 3                 # a PDF's pages read to size it: the first, the middle and the last
+SAMPLE_XML = 256 * 1024          # a Word file's document.xml read to size it
+
+
+def measure(path: str | os.PathLike) -> tuple[int, str, int]:
+    """A document's estimated text size in UTF-8 bytes, a sample of its text, and its page count,
+    from metadata and a bounded sample (issue 23): a PDF's page count and a few pages' text, a
+    Word file's document.xml size from the zip directory and the text share of its start.  So a
+    300-page PDF or a large Word file named in a chat is sized without being extracted.  A file
+    a loader cannot open fails here as it would on extraction (the same cards)."""
+    spath = os.fspath(path)
+    fmt = format_for_path(spath)
+    return _load(spath, fmt, {"pdf": _pdf_measure, "docx": _docx_measure}.get(fmt or ""))
+
+
+def _load(path: str, fmt: str | None, loader=None):
     """Run the loader for ``fmt``: the one place a loader's own exceptions become ``UnreadableDocument``.
 
     PDFium, zipfile, lxml and python-docx each raise their own errors (and a hostile
@@ -150,7 +166,7 @@ def _load(path: str, fmt: str | None) -> Extracted:
     this file" card, never a 500, so every exception past this point is the file's fault.
     """
     name = os.path.basename(path)
-    loader = {"pdf": _pdf, "docx": _docx}.get(fmt or "")     # looked up now: a test may wrap one
+    loader = loader or {"pdf": _pdf, "docx": _docx}.get(fmt or "")     # looked up now: a test may wrap one
     if loader is None:
         raise UnreadableDocument(f"{name} is not a document Harvey can read.")
     with open(path, "rb") as fh:     # an OSError here (gone, no permission) is the caller's to say
@@ -189,16 +205,9 @@ def _pdf(path: str) -> Extracted:
 
 
 def _pdf_locked(path: str, name: str) -> Extracted:
-    import pypdfium2 as pdfium
     from pypdfium2 import raw
 
-    try:
-        doc = pdfium.PdfDocument(path)
-    except pdfium.PdfiumError as exc:
-        if "password" in str(exc).lower():
-            raise EncryptedDocument(f"{name} is an encrypted PDF: it needs a password, so Harvey cannot read "
-                                    "it. Save a copy without the password and name that instead.") from None
-        raise
+    doc = _open_pdf(path, name)
     parts: list[str] = []
     starts: list[int] = []
     images: list[int] = []
@@ -225,6 +234,46 @@ def _pdf_locked(path: str, name: str) -> Extracted:
         raise NoTextLayer(f"This PDF has no text layer: 0 characters on {len(starts)} page"
                           f"{'s' if len(starts) != 1 else ''} ({name}); it needs OCR.")
     return Extracted(text, "prose", "pdf", tuple(starts), tuple(images))
+
+
+def _pdf_measure(path: str) -> tuple[int, str, int]:
+    """The page count and the text of a few pages, scaled to the whole: PDFium opens a document
+    lazily, so this costs those pages only (under the one PDFium lock, see ``_pdf``)."""
+    with _PDFIUM:
+        doc = _open_pdf(path, os.path.basename(path))
+        try:
+            count = len(doc)
+            picked = sorted({0, count // 2, count - 1})[:SAMPLE_PAGES] if count else []
+            texts = [_page_text(doc, number) for number in picked]
+        finally:
+            doc.close()
+    sample = "\n\n".join(t for t in texts if t)
+    per_page = sum(len(t.encode()) + 2 for t in texts) / max(1, len(texts))
+    return math.ceil(per_page * count), sample, count
+
+
+def _page_text(doc, number: int) -> str:
+    """One page's text, cleaned into paragraphs (``_clean_page``)."""
+    page = doc[number]
+    textpage = page.get_textpage()
+    try:
+        return _clean_page(textpage.get_text_bounded())
+    finally:
+        textpage.close()
+        page.close()
+
+
+def _open_pdf(path: str, name: str):
+    """PDFium's document, or the "encrypted" card for a PDF that needs a password."""
+    import pypdfium2 as pdfium
+
+    try:
+        return pdfium.PdfDocument(path)
+    except pdfium.PdfiumError as exc:
+        if "password" in str(exc).lower():
+            raise EncryptedDocument(f"{name} is an encrypted PDF: it needs a password, so Harvey cannot read "
+                                    "it. Save a copy without the password and name that instead.") from None
+        raise
 
 
 def _clean_page(text: str) -> str:
@@ -271,6 +320,26 @@ def _docx(path: str) -> Extracted:
     if not text.strip():
         raise UnreadableDocument(f"{name} holds no text.")
     return Extracted(text, "markdown", "docx")
+
+
+def _docx_measure(path: str) -> tuple[int, str, int]:
+    """document.xml's size from the zip directory, times the share of text in its first
+    ``SAMPLE_XML`` bytes (markup tags dropped, a paragraph's end a blank line)."""
+    import zipfile
+
+    _refuse_zip_bomb(path, os.path.basename(path))
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("word/document.xml")
+        with archive.open(info) as part:
+            head = part.read(SAMPLE_XML)
+    body = head.split(b"<w:body", 1)[-1].decode("utf-8", errors="ignore")
+    sample = _XML_TAG.sub("", _XML_PARA_END.sub("\n\n", body))
+    share = len(sample.encode()) / max(1, len(head))
+    return math.ceil(info.file_size * share), sample, 0
+
+
+_XML_TAG = re.compile(r"<[^>]*>?")
+_XML_PARA_END = re.compile(r"</w:p>")
 
 
 def _refuse_zip_bomb(path: str, name: str) -> None:

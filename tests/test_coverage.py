@@ -235,7 +235,7 @@ def test_a_refused_second_start_writes_nothing_onto_the_running_job(tmp_path, sc
     job = live.services.jobs.open_for(name)
     url = f"/s/{name}/analysis/{job.id}/start"
     scripted.tags_delays = [1.0]              # the loser's @model lookup answers late
-    live.services.client._models = None
+    live.services.models.forget_models()
     loser: list = []
     lookups = len([r for r in scripted.requests if r.path == "/api/tags"])
     tap = threading.Thread(target=lambda: loser.append(live.post(url, data={"instruction": "List the dates. @nosuch"})))

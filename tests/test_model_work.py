@@ -180,8 +180,11 @@ def test_a_compact_holds_the_session_and_its_stop_changes_nothing(live, scripted
     assert compact is not None and compact.kind == "compact"
     busy = live.post(f"/s/{name}/messages", data={"message": "meanwhile"})
     assert busy.status_code == 409 and "summarised" in busy.text             # the session is busy
-    send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")
+    page = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")     # another device loads the page
+    send = page.select_one("#send")
     assert send.has_attr("disabled") and send.get_text() == "Summarising…"
+    assert page.select_one(".compacting [sse-connect]") is not None           # it follows the compact...
+    assert stop_button_id(str(page.select_one(".compacting"))) == compact.id  # ...and can stop it
     live.post(f"/s/{name}/stop", data={"activity": stop_button_id(started.text)})
     wait_until(lambda: idle(live, name), 5, "the compact to stop")
     assert live.services.store.path(name).read_text(encoding="utf-8") == before     # nothing changed
@@ -203,6 +206,33 @@ def test_a_compact_that_fails_says_so_and_keeps_every_turn(live, scripted):
     assert "could not be made" in final and "Nothing was changed" in final
     assert live.services.store.path(name).read_text(encoding="utf-8") == before
     assert started.status_code == 200
+
+
+def test_a_job_sent_back_to_work_that_cannot_be_saved_leaves_the_session_free(tmp_path, scripted, make_live):
+    """Synthesize after a cancel while job.json cannot be written (a full SD card): the tap fails,
+    the job stays where it was, and the session is not left held by it."""
+    from test_analysis import big_file_config, slow_maps, start_job
+
+    scripted.script = slow_maps(0.05)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    wait_until(lambda: job.done_count >= 1, 30, "a chunk answered")
+    live.post(f"/s/{name}/analysis/{job.id}/cancel")
+    wait_until(lambda: job.state == "choose" and idle(live, name), 30, "the cancel to free the session")
+    runner = live.services.jobs
+    real_save = runner.machine._save
+
+    def full_disk(job):
+        raise OSError(28, "No space left on device")
+
+    runner.machine._save = full_disk
+    try:
+        live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "yes"})
+    finally:
+        runner.machine._save = real_save
+    assert job.state == "choose" and idle(live, name)                    # nothing held
+    assert live.post(f"/s/{name}/messages", data={"message": "still here?"}).status_code == 200
 
 
 # -- a failed Regenerate keeps the exchange it meant to replace (issue 23 item 3) -----------------

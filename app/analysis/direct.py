@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..chat.prepare import now
 from ..chat.status import session_model, status_for
 from ..sessions import fountain
-from .job import Job
+from .job import InvalidTransition, Job
 
 
 def read_chunks(svc, name: str, file: str) -> Job:
@@ -18,7 +18,10 @@ def read_chunks(svc, name: str, file: str) -> Job:
     with svc.store.lock(name):
         pending = svc.jobs.open_for(name)
         if pending is not None and pending.state == "proposed":
-            svc.jobs.decline(pending)
+            try:
+                svc.jobs.decline(pending)
+            except InvalidTransition:
+                pass                      # another device started it: the check below says busy
         svc.activities.check_free(name)
         session = svc.store.load(name)
         model = session_model(svc, session)

@@ -17,35 +17,89 @@ from .job import Job, without_directive
 from .mapreduce import MAP_JSON_SYSTEM, ranges, reduce_messages
 
 
+PLAN_READ_BYTES = 4 * 2**20     # a file with more text than this is planned from its measure, not read
+
+
 def plan(svc, file: str, model: str, instruction: str) -> dict:
     """The plan's job fields for ``file`` analysed by ``model``.
 
     Chunks are sized with the calibration for this kind of text (Markdown and
     non-English text hold more tokens per byte than chat prose) at its most
     cautious recent sample, so no map request is refused for size; the card's
-    time and call count come from ``budget.estimate_analysis``.
+    time and call count come from ``budget.estimate_analysis``.  The file is read
+    once; a file whose text would be larger than ``PLAN_READ_BYTES`` is not read
+    at all: the card shows an estimate (``estimated``) and the worker plans it
+    exactly when the run starts (``exact``), so a request never holds a huge text.
     """
     config = svc.config
     window = context_window(config, model, svc.models.window(model))
     path = Workspace(config.workspace_path).resolve(file).path
-    first = chunking.read_document(path)               # (a PDF's extraction is cached for the second read)
+    measured = chunking.measure(path)
+    if measured.text_bytes > PLAN_READ_BYTES:
+        return estimated(svc, model, window, instruction, measured)
+    first = chunking.read_document(path)
     text_kind = calibration_kind(first.kind, first.text)
     bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
-    chosen = settings(svc, model, window, bpt, task)
-    doc = chunking.read_document(path, chosen)
-    planned = chunking.plan_document(doc)
+    doc = chunking.with_settings(first, settings(svc, model, window, bpt, task))
+    planned = _chunks_of(doc)
+    return dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
+                **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
+
+
+def _chunks_of(doc: chunking.Document) -> chunking.ChunkPlan:
+    """The chunk count and sizes of ``doc`` (one pass of the chunker, no chunk texts built)."""
+    return chunking.plan_document(doc)
+
+
+def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.Document,
+             planned: chunking.ChunkPlan | None = None) -> dict:
+    """The fields an exact plan of ``doc`` decides (its chunks, what they cost, the text's identity)."""
+    planned = planned or _chunks_of(doc)
     estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens)
-    chunks = planned.chunks
-    source = doc.source
-    return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
-                source=source_of(doc), boundary=doc.boundary, kind=doc.kind, fingerprint=doc.fingerprint,
-                file_tokens=doc.tokens,
-                text_kind=text_kind, pages=source.page_count if source else 0,
+    chunks, source = planned.chunks, doc.source
+    return dict(chunks=chunks, size_tokens=doc.settings.size_tokens, source=source_of(doc), boundary=doc.boundary,
+                kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens,
+                pages=source.page_count if source else 0,
                 image_pages=ranges(list(source.image_pages)) if source else "",
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
-                seconds_per_chunk=(estimate.seconds or 0.0) / max(1, chunks),
-                selected=chunks if chunks <= config.chunking.max_chunks else 0)
+                seconds_per_chunk=(estimate.seconds or 0.0) / max(1, chunks))
+
+
+def _selection(svc, chunks: int) -> int:
+    """A new plan's selection: the whole file when it is within ``max_chunks`` (0: the user chooses)."""
+    return chunks if chunks <= svc.config.chunking.max_chunks else 0
+
+
+def estimated(svc, model: str, window: int, instruction: str, measured: chunking.Measure) -> dict:
+    """The card's fields for a file too large to read in a request, from its measure: tokens from
+    its estimated text bytes, chunks from the chunk size (each chunk's text is at most its
+    ``max_bytes``; overlaps and the fill rule are allowed for).  ``fingerprint`` stays empty:
+    the worker plans exactly (``exact``) before the first chunk."""
+    text_kind = calibration_kind(measured.kind, measured.sample)
+    bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
+    task = without_directive(instruction)
+    chosen = settings(svc, model, window, bpt, task)
+    per_chunk = max(1, int(chosen.max_bytes * ESTIMATED_FILL))
+    chunks = max(1, math.ceil(measured.text_bytes / per_chunk))
+    estimate = estimate_cost(svc, model, window, bpt, task, [chosen.size_tokens] * chunks)
+    return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
+                source="", boundary=chunking.boundary_for_kind(measured.kind), kind=measured.kind, fingerprint="",
+                file_tokens=math.ceil(measured.text_bytes / bpt), text_kind=text_kind, pages=measured.pages,
+                image_pages="", estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
+                seconds_per_chunk=(estimate.seconds or 0.0) / chunks, selected=_selection(svc, chunks))
+
+
+ESTIMATED_FILL = 0.85    # a chunk holds about this share of its room (paragraph ends, overlap)
+
+
+def exact(svc, job: Job, doc: chunking.Document) -> dict:
+    """The fields of a job planned from an estimate, now that the worker has read the file
+    (``doc``, read with the job's settings): its real chunks and identity; the selection keeps
+    what the user agreed to (``_selected``), so a denser file than estimated asks before more."""
+    planned = _chunks_of(doc)
+    fields = _planned(svc, job.model, job.window, job.bytes_per_token, job.task, doc, planned)
+    return dict(fields, selected=_selected(svc, job, planned.chunks))
 
 
 def reply_budget(svc, task: str):

@@ -216,20 +216,13 @@ class JobRunner:
                 return self._settled[job.id][1]
             return self.logs.setdefault(job.id, EventLog(key=self._log_key(job)))
 
-    def decorate(self, session, views) -> None:
-        """Put each open job's card on the turn it belongs to."""
-        for job in self.for_session(session.name):
-            if job.turn < len(views) and job.state not in ("declined", "discarded"):
-                views[job.turn].alert = job
-                views[job.turn].harvey_text = ""
-
     # -- the overflow alert ---------------------------------------------------------------
 
     def overflow(self, session: str, index: int, turn: fountain.Turn, prepared) -> Job:
         """Propose the analysis for turn ``index`` (about to be written) and put HARVEY's alert in the turn."""
         wf = prepared.overflow[0]
         job = self.propose(session, index, wf.name, turn.user_text, prepared.model,
-                           remaining=prepared.budget.remaining)
+                           remaining=prepared.budget.remaining, fields=prepared.plan)
         turn.harvey = OVERFLOW_TEXT.format(file=wf.name, tokens=job.file_tokens, remaining=job.remaining)
         if len(prepared.overflow) > 1:
             others = ", ".join(f.name for f in prepared.overflow[1:])
@@ -237,10 +230,11 @@ class JobRunner:
         return job
 
     def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int,
-                turn_text: str | None = None) -> Job:
-        """Plan the chunks of ``file`` for the card; nothing is sent to a model."""
+                turn_text: str | None = None, fields: dict | None = None) -> Job:
+        """Plan the chunks of ``file`` for the card (``fields``: planned already, outside the
+        session's lock); nothing is sent to a model."""
         name, _ = plan.file_tokens(self.svc, file, 4.0)       # refuses a path outside the workspace first
-        fields = plan.plan(self.svc, name, model, user_text)     # file_tokens: of the text, not the bytes
+        fields = fields or plan.plan(self.svc, name, model, user_text)   # file_tokens: of the text, not the bytes
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=name, user_text=user_text,
                   instruction=user_text, remaining=remaining, turn_text=turn_text, **fields)
         self._hold(job)
@@ -251,6 +245,9 @@ class JobRunner:
             self.store.save(job)
         except BaseException:
             self._release(job)
+            with self._lock:
+                self.jobs.pop(job.id, None)
+                self.logs.pop(job.id, None)
             raise
         return job
 
@@ -260,6 +257,9 @@ class JobRunner:
         """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused)."""
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
+        if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
+            with self.svc.store.lock(job.session):
+                self._retake(job)
         model, text = self._route(instruction, job.model)
         if not text.strip():
             raise JobError("Write what to do with each chunk (or \"no\" to cancel).")
@@ -330,17 +330,7 @@ class JobRunner:
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
         if keep and job.done_count:
-            with self.svc.store.lock(job.session):
-                if job.state != "choose":
-                    raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
-                self._retake(job)
-                try:
-                    self.transition(job, "queued", expect="choose", synthesis="pending")
-                except InvalidTransition:
-                    self._release(job)
-                    raise
-            self._submit(job)
-            return
+            return self._requeue(job, "choose", synthesis="pending")
         self.transition(job, "dropped", expect="choose")
         self._finish(job, answer=None, synthesis="cancelled")
 
@@ -348,16 +338,7 @@ class JobRunner:
         """The answer to "confirm": read the rest of the file (every chunk it needs), or synthesize
         what was read (the answer then names the part that was not)."""
         changes = dict(selected=job.chunks) if rest else dict(synthesis="pending")
-        with self.svc.store.lock(job.session):
-            if job.state != "confirm":
-                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
-            self._retake(job)
-            try:
-                self.transition(job, "queued", expect="confirm", message="", **changes)
-            except InvalidTransition:
-                self._release(job)
-                raise
-        self._submit(job)
+        self._requeue(job, "confirm", message="", **changes)
 
     def resume(self, job: Job) -> None:
         """Continue an interrupted job: every chunk without an answer is tried again, no finished one."""
@@ -371,13 +352,18 @@ class JobRunner:
         if doc.fingerprint != job.fingerprint:
             self._refuse(job, f"{job.file} has changed since the analysis started, so finished chunks no longer "
                               "match it. Discard this analysis and start a new one.")
+        self._requeue(job, "interrupted", message="")
+
+    def _requeue(self, job: Job, expect: str, **changes) -> None:
+        """Send a job that waits on the user (``expect``) back to work: it holds its session again,
+        under the session's lock so that no message slips in between, and is queued."""
         with self.svc.store.lock(job.session):
-            if job.state != "interrupted":
-                raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
+            if job.state != expect:
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now, not {expect}.")
             self._retake(job)
             try:
-                self.transition(job, "queued", expect="interrupted", message="")
-            except InvalidTransition:
+                self.transition(job, "queued", expect=expect, **changes)
+            except BaseException:         # not queued (changed meanwhile, or not saved): not held
                 self._release(job)
                 raise
         self._submit(job)
@@ -450,6 +436,9 @@ class JobRunner:
             doc = plan.document(self.svc, job)
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
+        if not job.fingerprint:           # planned from its measure (too large to read in a request)
+            self.machine.update(job, expect="running", **plan.exact(self.svc, job, doc))
+            self._progress(job)
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
                                    "match. Discard this analysis and start a new one.")

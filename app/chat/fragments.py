@@ -152,8 +152,10 @@ def page_context(session: Session, **extra) -> dict:
     status = status_for(svc, session, model)
     if problem and not status["problem"]:
         status["problem"] = problem          # the model's facts are cached; the server being down is not
+    holder = svc.activities.holder(session.name)
     return {"session": session, "user_cue": svc.config.user_name.upper(), "models": models, "model": model,
-            "busy": busy_kind(svc, session.name), "max_message_chars": svc.config.server.max_message_kb * 1024,
+            "busy": busy_kind(svc, session.name),
+            "compacting": holder if holder is not None and holder.kind == "compact" else None, "max_message_chars": svc.config.server.max_message_kb * 1024,
             "status": status, **extra}
 
 

@@ -54,6 +54,7 @@ class Prepared:
     overflow: list[WorkspaceFile] = field(default_factory=list)   # one file: the alert card
     skipped: list[str] = field(default_factory=list)              # several: named, offered analysis
     files: list[FileBlock] = field(default_factory=list)
+    plan: dict | None = None          # the alert card's plan, made before the session's lock (turns.send)
 
     @property
     def estimate(self) -> int:
@@ -174,11 +175,10 @@ def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fo
                          notes=[notes.compact(summarised, model, left_out)])
 
 
-def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: bool = False) -> Prepared:
-    """Budget the turn and build its request, or say why it cannot be sent.
-
-    ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
-    out of the history."""
+def prepare_files(svc, text: str, model: str) -> Prepared:
+    """The part of a turn that reads files: the budget of the system prompt, the message and the
+    files it names, each file sized, read if it fits, or routed to the card.  It does not depend
+    on the session, so ``turns.send`` runs it before taking the session's lock (issue 23)."""
     config = svc.config
     budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
@@ -188,6 +188,20 @@ def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: boo
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget)
     _add_files(svc, prepared, text)
+    return prepared
+
+
+def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: bool = False,
+            files: Prepared | None = None) -> Prepared:
+    """Budget the turn and build its request, or say why it cannot be sent.
+
+    ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
+    out of the history.  ``files``: ``prepare_files`` ran already for this text and model
+    (outside the session's lock); only the history is added here."""
+    config = svc.config
+    prepared = files or prepare_files(svc, text, model)
+    budget = prepared.budget
+    system = system_prompt(config, config.workspace_path)
     history, prepared.left_out_turns = fit_history(budget, system, history_turns(past, retrying))
     if prepared.left_out_turns:
         n = prepared.left_out_turns
@@ -215,7 +229,8 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     One file too large for the context goes to the chunked-analysis alert.
     With several files (seed 003), they are included in the order named while
     they fit the shared budget; the rest are named in a note and offered the
-    chunked analysis. Sizes come from stat, so nothing too large is read.
+    chunked analysis.  Every file is sized from its metadata and a bounded sample
+    first (``chunking.measure``), so a file too large is never extracted here.
     """
     config = svc.config
     files, problems = Workspace(config.workspace_path).mentions(text)
@@ -224,15 +239,10 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     for wf in files:
         _refuse_unreadable(wf)
         try:
-            tokens, doc, bpt = _file_tokens(svc, prepared.model, wf)
-            too_big = tokens > config.chunking.threshold * budget.remaining
-            if too_big and len(files) == 1 and config.chunking.enabled:
-                prepared.overflow.append(wf)
+            tokens, bpt = _file_tokens(svc, prepared.model, wf)
+            if _routed(config, prepared, wf, tokens, len(files)):
                 continue
-            if too_big or tokens > budget.remaining:
-                prepared.skipped.append(wf.name)
-                continue
-            doc = doc or chunking.read_document(wf.path)
+            doc = chunking.read_document(wf.path)
         except (chunking.BinaryDocumentError, documents.UnreadableDocument) as exc:
             raise TurnRefused(getattr(exc, "kind", "unreadable_file"),
                               f"{exc} Nothing was sent to the model.") from None
@@ -240,6 +250,8 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
             prepared.notices.append(f"{wf.name} was not included: it could not be read ({exc.__class__.__name__}).")
             continue
         block = FileBlock(wf, doc.text, estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS, doc.decode_note or "")
+        if _routed(config, prepared, wf, block.tokens, len(files)):
+            continue                     # the sample said it fits, its text says otherwise
         if block.note:
             prepared.notices.append(f"{wf.name}: {block.note}")
         if budget.reserve("files", block.tokens):
@@ -252,27 +264,33 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
                                 f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
 
 
-SAMPLE_BYTES = 64 * 1024     # enough of a text file's start to tell its kind (English, Japanese, code...)
+def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: int) -> bool:
+    """A file too large for what is left goes to the alert card (the only file named) or is
+    skipped and offered the analysis; True when it was routed so (and is not to be read)."""
+    remaining = prepared.budget.remaining
+    too_big = tokens > config.chunking.threshold * remaining
+    if too_big and named == 1 and config.chunking.enabled:
+        prepared.overflow.append(wf)
+        return True
+    if too_big or tokens > remaining:
+        prepared.skipped.append(wf.name)
+        return True
+    return False
 
 
-def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, chunking.Document | None, float]:
-    """A named file's tokens at its own kind's cautious figure, the document if it had to be read
-    for that, and the figure.
+def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, float]:
+    """A named file's tokens at its own kind's cautious figure, estimated before it is read, and
+    the figure.
 
     A Japanese or Markdown file holds far more tokens per byte than chat prose: sized at
     the chat's figure, a file that needs the alert card looked small and was then refused
-    as too long.  Plain text is sized from its size and a sample of its start, so a large
-    file is not read to be measured; HTML, PDF and Word are sized from their extracted text.
+    as too long.  Every file is sized from its metadata and a sample (``chunking.measure``:
+    a text file's size, a PDF's page count and a few pages, a Word file's zip directory), so
+    a large file is neither read nor extracted to be measured (issue 23).
     """
-    kind = chunking.kind_for_path(wf.path)
-    if kind == "html" or documents.format_for_path(wf.path):
-        doc = chunking.read_document(wf.path)     # budget the text, not the markup or the PDF's bytes
-        bpt = svc.calibration.bytes_per_token(model, calibration_kind(doc.kind, doc.text), conservative=True)
-        return estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS, doc, bpt
-    with open(wf.path, "rb") as fh:
-        sample = fh.read(SAMPLE_BYTES).decode("utf-8", errors="ignore")
-    bpt = svc.calibration.bytes_per_token(model, calibration_kind(kind, sample), conservative=True)
-    return math.ceil(wf.size / bpt) + FILE_BLOCK_TOKENS, None, bpt
+    measured = chunking.measure(wf.path)
+    bpt = svc.calibration.bytes_per_token(model, calibration_kind(measured.kind, measured.sample), conservative=True)
+    return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
 
 
 def _refuse_unreadable(wf: WorkspaceFile) -> None:

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 from markupsafe import escape
 
-from ..errors import HarveyError, ModelError
+from ..analysis import plan
+from ..analysis.job import InvalidTransition
+from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
 from ..render import MarkdownStream
 from ..routing import split_mention
@@ -51,18 +53,23 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
     A card waiting for its instruction is answered "no" by a new message (and a
     message that is just "no" ends there).  ``edit_of``: the message edits turn
     ``edit_of`` (the last one): it replaces that turn in the model's history.
+
+    The named files are sized, read and planned first, without the session's lock
+    (``_files_first``): a large file never holds the session while it is read.  Under
+    the lock the turn is routed again; the files are used only if they were prepared
+    for the same words and model (else they are prepared again there).
     """
+    ready = _files_first(svc, name, text, model)
     with svc.store.lock(name):
         pending = svc.jobs.open_for(name)
-        if pending is not None and pending.state == "proposed":
-            svc.jobs.decline(pending)          # a new message answers the card: "no" and carry on
-            if text.strip().lower() == "no":
+        if pending is not None and pending.state == "proposed" and _declined(svc, pending):
+            if text.strip().lower() == "no":       # a new message answers the card: "no" and carry on
                 return Outcome(svc.store.load(name), pending.turn, declined=True)
         svc.activities.check_free(name)
         untitled = svc.store.load(name)
         session = _title_from_first(svc, untitled, text)
         retry = notes.retry(edited=True) if _edits_last(session, edit_of) else None
-        outcome = _send_locked(svc, session, text, model, retry)
+        outcome = _send_locked(svc, session, text, model, retry, ready)
     outcome.renamed = session.title != untitled.title
     return outcome
 
@@ -84,14 +91,21 @@ def resend(svc, name: str, turn: int, model: str | None = None) -> Outcome | Non
 
 def regenerate(svc, name: str, turn: int, model: str | None = None) -> Outcome:
     """Ask the last message again (with ``model``): a new turn that replaces it in the history."""
-    from ..errors import Conflict
-
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
         if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
             raise Conflict("Only the last reply can be regenerated; this one is no longer the last.")
         return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False))
+
+
+def _declined(svc, job) -> bool:
+    """Answer a waiting card "no"; False when another device started it in the meantime."""
+    try:
+        svc.jobs.decline(job)
+        return True
+    except InvalidTransition:
+        return False
 
 
 def _edits_last(session: Session, index: int | None) -> bool:
@@ -106,7 +120,47 @@ def _title_from_first(svc, session: Session, text: str) -> Session:
     return svc.store.rename(session.name, title) if title else session
 
 
-def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None) -> Outcome:
+@dataclass
+class _Ready:
+    """A message's files, prepared before the session's lock: for these words and this model."""
+
+    text: str
+    model: str
+    files: prepare.Prepared | None = None
+    error: HarveyError | None = None      # the files refused the turn (recorded under the lock)
+
+
+def _files_first(svc, name: str, text: str, model: str | None) -> _Ready | None:
+    """Size, read and plan the files ``text`` names, outside the session's lock (issue 23): the
+    expensive part of a send.  The model is read from the session as it is now; if it differs
+    under the lock, the files are prepared again there.  None: nothing could be prepared
+    (an unknown session or model): the locked path says why."""
+    try:
+        model = model or session_model(svc, svc.store.load(name))
+        mentioned, rest = split_mention(text, svc.models.models())
+    except (ModelError, HarveyError):
+        return None
+    model = mentioned or model
+    try:
+        files = prepare.prepare_files(svc, rest, model)
+        if files.overflow:
+            files.plan = plan.plan(svc, files.overflow[0].name, model, text)
+    except (ModelError, HarveyError) as exc:
+        return _Ready(rest, model, error=exc)
+    return _Ready(rest, model, files)
+
+
+def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, ready: _Ready | None):
+    """The turn's request: the files from ``ready`` when they were made for these words and model."""
+    if ready is None or (ready.text, ready.model) != (rest, model):
+        return prepare.prepare(svc, session.turns, rest, model, retrying=retrying)
+    if ready.error is not None:
+        raise ready.error
+    return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, files=ready.files)
+
+
+def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
+                 ready: _Ready | None = None) -> Outcome:
     """Under the session's lock: route, budget, then record the turn once and start its work."""
     name = session.name
     model = model or session_model(svc, session)
@@ -119,7 +173,7 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = prepare.prepare(svc, session.turns, rest, model, retrying=retry_note is not None)
+        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready)
     except (ModelError, HarveyError) as exc:
         return _refused(svc, name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)
@@ -129,7 +183,11 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         turn.notes.append(notes.offer_chunks(prepared.skipped))
     if prepared.overflow:
         job = svc.jobs.overflow(name, index, turn, prepared)     # takes the session for the card
-        session, index = svc.store.append_turn(name, turn)
+        try:
+            session, index = svc.store.append_turn(name, turn)
+        except BaseException:
+            svc.jobs.discard(job)         # no turn behind it: the card goes, the session is free
+            raise
         return Outcome(session, index, turn, model, job=job)
     gen = Generation(svc.activities.new_id(), name, index, model)
     svc.activities.begin(name, "reply", index, gen)
@@ -212,6 +270,10 @@ def _run_compact(svc, gen: Generation, request, summarised: int, left_out: int) 
     except ModelError as exc:
         gen.status, gen.error = ("stopped", None) if gen.stopped else ("error", exc)
         log.warning("compact of %s failed: %s", gen.session, exc)
+        return
+    except Exception as exc:              # never "stopped" for what was a crash
+        gen.status, gen.error = "error", ModelError(f"Unexpected failure: {exc}")
+        log.exception("compact of %s crashed", gen.session)
         return
     note = prepare.compact_note(summary, gen.model, summarised, left_out)
     try:

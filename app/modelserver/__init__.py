@@ -1,7 +1,8 @@
 """One interface for model servers: ``connect(config)`` gives the app its ``ModelServer``.
 
 ``base`` is the neutral seam (``ModelServer``, ``ChatStream``, ``Usage``, ``ModelFacts``),
-``errors`` the typed errors, and each kind of server has one module (``ollama``). Nothing
+``errors`` the typed errors, ``transport`` the HTTP both kinds share (a connection per chat
+that a cancel cuts), and each kind of server has one module (``ollama``, ``openai``). Nothing
 outside this package imports httpx for model calls or knows a server's field names; the
 layout test (tests/test_layout.py) checks it.
 """
@@ -20,13 +21,17 @@ __all__ = ["ChatStream", "ModelFacts", "ModelServer", "Usage", "ModelError", "Ca
 def connect(config, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> ModelServer:
     """The model server the config names: the one place that chooses the kind of server.
 
-    ``connect_timeout`` and ``read_timeout`` override the config's (``harvey serve`` probes
-    with a short connect, ``harvey check`` will not wait ten minutes for an answer).
+    ``ollama.api`` says which: "native" (Ollama's own API) or "openai" (an OpenAI-compatible
+    server). ``connect_timeout`` and ``read_timeout`` override the config's (``harvey serve``
+    probes with a short connect, ``harvey check`` will not wait ten minutes for an answer).
     """
+    section = config.ollama
+    timeouts = {"connect_timeout": section.connect_timeout_s if connect_timeout is None else connect_timeout,
+                "read_timeout": section.timeout_s if read_timeout is None else read_timeout}
+    if section.api == "openai":
+        from .openai import OpenAIServer
+
+        return OpenAIServer(section.url, **timeouts)
     from .ollama import OllamaServer
 
-    section = config.ollama
-    return OllamaServer(section.url,
-                        connect_timeout=section.connect_timeout_s if connect_timeout is None else connect_timeout,
-                        read_timeout=section.timeout_s if read_timeout is None else read_timeout,
-                        keep_alive=section.keep_alive)
+    return OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)

@@ -68,7 +68,8 @@ class ModelFacts:
     family: str = ""
     parameter_size: str = ""
     architecture: str = ""
-    context_length: int | None = None   # the trained window, if the server says
+    context_length: int | None = None   # the largest window the server allows, if it says (Ollama: the
+    #                                     trained length; an OpenAI-compatible server: the window it serves)
 
 
 class ChatStream(ABC):
@@ -237,7 +238,7 @@ class ModelServer(ABC):
         return facts
 
     def window(self, model: str) -> int | None:
-        """The model's trained context length, as the server reports it (None: it does not say)."""
+        """The largest window the server allows for the model (None: it does not say)."""
         return self.facts(model).context_length
 
     def models(self, max_age: float = MODELS_MAX_AGE_S) -> list[str]:

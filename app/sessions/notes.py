@@ -161,9 +161,3 @@ def read(notes: list[str]) -> Read:
         elif body.startswith("model switch:"):
             out.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
     return out
-
-
-def is_reply_note(note: str) -> bool:
-    """Notes that describe the reply (replaced when the reply is generated again)."""
-    body = _body(note)
-    return body.startswith(("reply: stopped", "reply: error:", INTERRUPTED))

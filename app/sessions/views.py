@@ -204,12 +204,14 @@ def delete(name: str):
     """Move the file to the trash, from which the list restores it."""
     _session(name)
     svc = services()
-    if svc.activities.working(name):
-        abort(409, description="This session is busy (a reply or an analysis is running); try again when it ends.")
-    try:
-        svc.store.delete(name)
-    except SessionNotFound:
-        abort(404, description="There is no such session.")
+    with svc.store.lock(name):            # the busy check and the move are one change (no send slips in)
+        if svc.activities.working(name):
+            abort(409, description="This session is busy (a reply or an analysis is running); try again when "
+                                   "it ends.")
+        try:
+            svc.store.delete(name)
+        except SessionNotFound:
+            abort(404, description="There is no such session.")
     if svc.jobs:
         svc.jobs.discard_for_session(name)       # its analyses point at nothing now: their files go
     log.info("session %s moved to the trash", name)
