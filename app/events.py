@@ -67,6 +67,15 @@ class EventLog:
             self._cond.notify_all()
             return event
 
+    def clear(self, name: str, after: int) -> None:
+        """Empty the data of the ``name`` events after id ``after``: a later event made them redundant
+        (a reply's pieces once their block is rendered). A replay sends them as no-ops; ids stay."""
+        with self._cond:
+            for k in range(max(0, after), len(self._events)):
+                event = self._events[k]
+                if event.name == name and event.data:
+                    self._events[k] = Event(event.id, name, "")
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

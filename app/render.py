@@ -5,8 +5,8 @@ HTML switched off: a ``<script>`` in a reply is shown as text, never run. Its
 link validation refuses ``javascript:`` and ``data:`` URLs.
 
 Tables come wrapped in a focusable region that scrolls sideways (a phone is
-narrower than most tables), and :func:`streaming` renders a reply that is still
-arriving: its complete blocks as Markdown, the unfinished rest as escaped text.
+narrower than most tables), and :class:`MarkdownStream` renders a reply that is still
+arriving: each block once, as it finishes; the unfinished rest shows as escaped text.
 
 Code blocks are highlighted here, on the server, by Pygments (through
 markdown-it-py's ``highlight`` hook: no JavaScript highlighter is sent to the
@@ -187,29 +187,153 @@ def _citation_html(tokens, idx, options, env) -> str:
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 
-def stable_end(text: str) -> int:
-    """Where the reply's complete blocks end: after the last blank line outside a code
-    fence, or after a closing fence. What follows may still change as pieces arrive."""
-    end, pos, fence = 0, 0, None
-    for line in text.splitlines(keepends=True):
-        pos += len(line)
-        if not line.endswith("\n"):
-            break                               # the line is still arriving
+_LIST_ITEM = re.compile(r"(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+_HEAD = 12          # enough of a line to tell a list item's marker ("123456789. ") from text
+
+
+class _Blocks:
+    """Where a Markdown text's finished blocks end, found line by line as the text arrives.
+
+    Each piece is looked at once (a reply's cost grows with its length, not its square).
+    A block is finished at a closing fence that is not indented, or at a blank line
+    outside a fence once the next line shows it starts a new block: not an indented line
+    (a list item's second paragraph, an indented code block), nor a list item after a list
+    (a loose list is one list). Rendering finished blocks one by one then gives the HTML
+    that rendering them together gives.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []       # complete lines not taken yet
+        self.partial: list[str] = []     # the line still arriving, in pieces
+        self._ready = 0                  # lines[:_ready] are finished blocks
+        self._cut: int | None = None     # a blank line's end: a boundary if a new block follows
+        self._listy = False              # the last non-blank line may belong to a list
+        self._fence: str | None = None   # the open fence's marker
+        self._fence_indented = False
+
+    def feed(self, piece: str) -> None:
+        """Take one piece; only its own characters (and the line it ends) are scanned."""
+        *done, rest = piece.split("\n")
+        if done:
+            self.partial.append(done[0])
+            self._line("".join(self.partial) + "\n")
+            for line in done[1:]:
+                self._line(line + "\n")
+            self.partial = []
+        if rest:
+            self.partial.append(rest)
+        if self._cut is not None and self.partial:
+            head = self._head()
+            if self._begins(head, complete=len(head) >= _HEAD):
+                self._ready, self._cut = self._cut, None
+
+    def _head(self) -> str:
+        """The first characters of the line still arriving (never the whole of a long line)."""
+        head = ""
+        for part in self.partial:
+            head += part[:_HEAD]
+            if len(head) >= _HEAD:
+                break
+        return head
+
+    def _begins(self, line: str, complete: bool) -> bool | None:
+        """Whether a non-blank line after a blank one starts a new block (None: not known yet)."""
+        if line[0].isspace():
+            return False if complete else None
+        if not self._listy:
+            return True
+        if not complete and line[0] in "-*+0123456789":
+            return None
+        return not _LIST_ITEM.match(line)
+
+    def _line(self, line: str) -> None:
+        """One complete line: move the boundary or open/close a fence."""
+        self.lines.append(line)
         found = _FENCE.match(line)
-        if fence is None:
-            if found:
-                fence = found.group(1)
-            elif not line.strip():
-                end = pos
-        elif found and found.group(1)[0] == fence[0] and len(found.group(1)) >= len(fence) \
-                and not line.strip()[len(found.group(1)):].strip():
-            fence, end = None, pos
-    return end
+        if self._fence is not None:
+            if found and found.group(1)[0] == self._fence[0] and len(found.group(1)) >= len(self._fence) \
+                    and not line.strip()[len(found.group(1)):].strip():
+                self._fence = None
+                if self._fence_indented:          # it may sit in a list item that goes on
+                    self._cut = len(self.lines)
+                else:
+                    self._ready, self._cut = len(self.lines), None
+            return
+        if not line.strip():
+            self._cut = len(self.lines)
+            return
+        if self._cut is not None:
+            if self._begins(line, complete=True):
+                self._ready = self._cut
+            self._cut = None
+        self._listy = line[0].isspace() or bool(_LIST_ITEM.match(line))
+        if found:
+            self._fence, self._fence_indented = found.group(1), line[0] == " "
+
+    def take(self) -> str:
+        """The finished blocks not taken yet ("" when none), removed from what is kept."""
+        if not self._ready:
+            return ""
+        text = "".join(self.lines[:self._ready])
+        del self.lines[:self._ready]
+        if self._cut is not None:
+            self._cut -= self._ready
+        self._ready = 0
+        return text
+
+    @property
+    def rest(self) -> str:
+        """What arrived after the finished blocks: shown as plain text until its block ends."""
+        return "".join(self.lines) + "".join(self.partial)
 
 
-def streaming(text: str, tail_id: str) -> Markup:
-    """A reply still arriving: Markdown up to :func:`stable_end`, then the raw rest, escaped,
-    in the element (id ``tail_id``) that later pieces are appended to."""
-    end = stable_end(text)
-    return Markup('<div class="markdown">{}</div><div class="plain tail" id="{}">{}</div>').format(
-        markdown(text[:end]), tail_id, escape(text[end:]))
+def stable_end(text: str) -> int:
+    """Where ``text``'s finished blocks end (see :class:`_Blocks`); what follows may still change."""
+    blocks = _Blocks()
+    blocks.feed(text)
+    return len(blocks.take())
+
+
+# The element a streaming reply's unfinished rest is shown in; a "block" event replaces it out of band.
+_TAIL = '<div class="plain tail" id="{}" hx-swap-oob="true">'
+
+
+class MarkdownStream:
+    """A reply's Markdown rendered as it arrives, each finished block once (issue 23 item 6).
+
+    ``feed`` returns, when a piece finishes blocks, the data of a "block" event: their HTML,
+    which the page appends to the reply's Markdown, and the unfinished rest, escaped, which
+    replaces the tail out of band (one swap, one paint). Nothing rendered is kept here: only
+    the lines of the block still arriving.
+    """
+
+    def __init__(self, tail_id: str) -> None:
+        self.tail_id = tail_id
+        self._blocks = _Blocks()
+
+    def feed(self, piece: str) -> Markup | None:
+        """The "block" event for this piece, or None when no block finished with it."""
+        self._blocks.feed(piece)
+        done = self._blocks.take()
+        if not done:
+            return None
+        return markdown(done) + Markup(_TAIL + "{}</div>").format(self.tail_id, self._blocks.rest)
+
+
+def stream_snapshot(events, markdown_id: str, tail_id: str) -> Markup:
+    """A streaming reply's body rebuilt from its events so far, for a page that has none of them.
+
+    ``events``: (name, data) pairs of "piece" (escaped text) and "block" events, in order. The
+    blocks' HTML is joined once per connect; the events keep no copy of the rendered prefix.
+    """
+    blocks, tail = [], []
+    mark = _TAIL.format(tail_id)
+    for name, data in events:
+        if name == "piece":
+            tail.append(data)
+        elif name == "block":
+            html, _, rest = data.rpartition(mark)
+            blocks.append(html)
+            tail = [rest.removesuffix("</div>")]
+    return Markup('<div class="markdown" id="{}">{}</div><div class="plain tail" id="{}">{}</div>').format(
+        markdown_id, Markup("".join(blocks)), tail_id, Markup("".join(tail)))

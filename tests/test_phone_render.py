@@ -2,7 +2,11 @@
 
 import pytest
 
-from app.render import markdown, stable_end, streaming
+import random
+
+from markupsafe import escape
+
+from app.render import MarkdownStream, markdown, stable_end, stream_snapshot
 
 
 @pytest.mark.parametrize("text, end", [
@@ -16,11 +20,48 @@ def test_stable_end(text, end):
     assert stable_end(text) == end
 
 
-def test_streaming_escapes_the_tail_and_renders_the_head():
-    html = streaming("**done**\n\n<script>alert(1)</script> still **com", "reply-text-3")
-    assert "<strong>done</strong>" in html
-    assert "<script>" not in html and "&lt;script&gt;" in html
-    assert 'id="reply-text-3"' in html
+@pytest.mark.parametrize("text, end", [
+    ("- a\n\n- b\n\nafter", 10),                     # a loose list is one list: no break between its items
+    ("- a\n\n  more of a\n\n    code\n\nnext", 28),     # an indented line belongs to the block before
+    ("para\n\n- a", 6),                               # a list after a paragraph starts a new block
+    ("- a\n\n12345678901234 x", 5),                   # (digits that are no list marker)
+])
+def test_stable_end_never_splits_a_block(text, end):
+    assert stable_end(text) == end
+
+
+def test_the_stream_escapes_the_tail_and_renders_the_head():
+    block = MarkdownStream("reply-text-3").feed("**done**\n\n<script>alert(1)</script> still **com")
+    assert "<strong>done</strong>" in block
+    assert "<script>" not in block and "&lt;script&gt;" in block
+    assert 'id="reply-text-3" hx-swap-oob="true"' in block
+
+
+REPLY = ("# Title\n\nHere is **bold** and a list:\n\n- one\n- two\n\n```python\nprint('<hi>')\n\nx = 1\n```\n"
+         "After the fence.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n1. x\n\n   more of x\n\n2. y\n\n"
+         "    indented code\n\n> quote [1]\n\nLast <script> para")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_blocks_rendered_one_by_one_are_the_prefix_rendered_whole(seed):
+    """However the reply is cut into pieces, the blocks streamed so far (each rendered once) and the
+    tail are what rendering the whole finished prefix gave before (issue 23 item 6)."""
+    r, pieces, at = random.Random(seed), [], 0
+    while at < len(REPLY):
+        size = r.randint(1, 9)
+        pieces.append(REPLY[at:at + size])
+        at += size
+    stream, events = MarkdownStream("reply-text-0"), []
+    for piece in pieces:
+        events.append(("piece", str(escape(piece))))
+        if (block := stream.feed(piece)) is not None:
+            events.append(("block", str(block)))
+    end = stable_end(REPLY)
+    assert REPLY[end:] == "Last <script> para"
+    assert str(stream_snapshot(events, "md", "reply-text-0")) == (
+        f'<div class="markdown" id="md">{markdown(REPLY[:end])}</div>'
+        f'<div class="plain tail" id="reply-text-0">{escape(REPLY[end:])}</div>')
+    assert 1 < sum(name == "block" for name, _ in events) <= REPLY.count("\n\n")
 
 
 def test_code_is_highlighted_escaped_and_focusable():

@@ -29,6 +29,7 @@ import pytest
 
 from app.sessions import fountain, notes
 from scripted_ollama import Reply
+from test_streams import snapshot_tail
 from conftest import require
 from waiting import wait_for_exit, wait_until
 
@@ -144,8 +145,10 @@ class Follower:
                         data.append(line[5:].removeprefix(" "))
                     elif line == "" and event:
                         self.events.append(event)
-                        if event in ("piece", "snapshot"):
+                        if event == "piece":
                             self.pieces.append("\n".join(data))
+                        elif event == "snapshot":          # (TEXT has no blank line: all of it is the tail)
+                            self.pieces.append(snapshot_tail("\n".join(data)))
                         elif event == "final":
                             self.final = "\n".join(data)
                         event, data = "", []

@@ -19,7 +19,7 @@ from ..analysis import plan
 from ..analysis.job import InvalidTransition
 from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
-from ..render import stable_end, streaming
+from ..render import MarkdownStream
 from ..routing import split_mention
 from ..sessions import fountain, names, notes
 from ..sessions.store import Session
@@ -210,15 +210,15 @@ def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
 
 def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared) -> None:
     """Generate in the background; write the reply into the turn when it ends."""
-    rendered_to = [0]
+    rendering, last_block = MarkdownStream(f"reply-text-{gen.turn}"), [0]
 
     def on_piece(gen: Generation, piece: str) -> None:
         gen.events.append("piece", str(escape(piece)))
-        if "\n" in piece:                  # Markdown as it streams: at each block that completes
-            text = gen.text
-            if (end := stable_end(text)) > rendered_to[0]:
-                rendered_to[0] = end
-                gen.events.append("rendered", str(streaming(text, f"reply-text-{gen.turn}")))
+        if (block := rendering.feed(piece)) is not None:     # Markdown as it streams: each block once
+            block_id = gen.events.append("block", str(block)).id
+            # its tail replaces the pieces before it: a reconnect needs them no more
+            gen.events.clear("piece", after=last_block[0])
+            last_block[0] = block_id
 
     def record(gen: Generation) -> None:
         if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send

@@ -14,6 +14,7 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 
 from ..errors import Busy, Conflict, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
+from ..render import stream_snapshot
 from ..services import services
 from ..sessions.store import Session, SessionNotFound
 from . import turns
@@ -185,9 +186,10 @@ def stream(name: str, turn: int):
     """SSE: the reply so far, then each new piece, then the final turn.
 
     A reconnect that sends the Last-Event-ID of this reply gets only the pieces
-    after that id; any other connect gets one snapshot of the pieces so far
-    (swapped in whole). The ids carry the activity's id, unique across restarts,
-    so an id from before a restart is never taken for a new reply's.  The stream
+    after that id; any other connect gets one snapshot of the reply so far, rebuilt
+    from the events (the blocks' HTML joined, the unfinished rest) and swapped in
+    whole. The ids carry the activity's id, unique across restarts, so an id from
+    before a restart is never taken for a new reply's.  The stream
     ends itself after the gate's lifetime and the browser comes back with its
     Last-Event-ID; over the gate's cap it is told to come back later.
     """
@@ -210,8 +212,8 @@ def stream(name: str, turn: int):
             position = after
             if position is None:
                 past = gen.events.snapshot()
-                pieces = "".join(e.data for e in past if e.name == "piece")
-                yield sse_format(Event(len(past), "snapshot", pieces), gen.key + "-")
+                body = stream_snapshot(((e.name, e.data) for e in past), f"reply-md-{turn}", f"reply-text-{turn}")
+                yield sse_format(Event(len(past), "snapshot", str(body)), gen.key + "-")
                 position = len(past)
             for event in slot.follow(gen.events, position):
                 if event is None or event.name != "final":

@@ -1,8 +1,11 @@
 """The session list's index: one summary per file, re-parsed only when the file changed.
 
 The files stay the truth; this is a cache keyed by (mtime, size) that the list
-and its search read, so listing hundreds of sessions does not parse hundreds of
-files per request on a Pi. Each summary also keeps the session's chunk
+reads, so listing hundreds of sessions does not parse hundreds of files per
+request on a Pi. A summary is metadata and a one-line preview, never the
+session's text (issue 23 item 5: the text made the index as big as the archive,
+four times that once a file held one emoji); a search reads the files, a chunk
+at a time, and keeps nothing. Each summary also keeps the session's chunk
 instructions (its INT. CHUNK ANALYSIS scenes' user lines, seed 000 D5), which the
 alert card offers again (app/analysis/library.py). The store, the one writer,
 calls ``forget`` on every write; files written by others (the terminal Harvey,
@@ -43,7 +46,7 @@ class Instruction:
 
 @dataclass
 class Summary:
-    """What the session list shows of one file, plus its plain text for search."""
+    """What the session list shows of one file: metadata and a preview, bounded whatever the file holds."""
 
     name: str
     title: str
@@ -53,7 +56,6 @@ class Summary:
     analysis: bool
     size: int
     key: tuple[int, int]          # (mtime_ns, size): the file is re-read when this changes
-    text: str                     # casefolded words of the whole screenplay
     preview: str = ""             # one line of the last exchange, for the list
     instructions: tuple[Instruction, ...] = field(default=())   # its chunk instructions, oldest first
 
@@ -113,9 +115,33 @@ class SessionIndex:
         return [i for s in self.entries() for i in reversed(s.instructions)]
 
     def search(self, query: str) -> list[Summary]:
-        """Sessions whose text holds every word of ``query`` (case-insensitive)."""
+        """Sessions whose file holds every word of ``query`` (case-insensitive), read from the files."""
         words = query.casefold().split()
-        return [s for s in self.entries() if all(w in s.text for w in words)]
+        return [s for s in self.entries() if _holds(self.folder / f"{s.name}{SUFFIX}", words)]
+
+
+SEARCH_CHUNK = 1 << 20       # characters read at a time: a search's memory stays flat, its loop in C
+
+
+def _holds(path: Path, words: list[str]) -> bool:
+    """Whether the file holds every word, read a chunk at a time and stopping once all are found.
+
+    Each chunk keeps the previous one's last characters, so a word across the boundary is found.
+    A file gone since the scan holds nothing.
+    """
+    missing, keep, carried = set(words), max(map(len, words), default=1) - 1, ""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as file:
+            while missing and (chunk := file.read(SEARCH_CHUNK)):
+                text = carried + chunk.replace(_ZWSP, "").casefold()
+                missing = {w for w in missing if w not in text}
+                carried = text[len(text) - keep:] if keep else ""
+    except OSError:
+        return False
+    return not missing
+
+
+_ZWSP = "\u200b"      # the writer's guard before some lines (README "Sessions are screenplays"), not text
 
 
 def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
@@ -126,15 +152,21 @@ def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:
     if not models and play.title_page.get("Model"):
         models = [play.title_page["Model"]]
     page = play.title_page
-    words = [*page.values()]
-    for scene in play.scenes:
-        words.append(scene.heading)
-        words += [f"{el.character}\n{el.text}" for el in scene.elements]
     analyses = [a for a in map(fountain.read_chunk_scene, play.scenes) if a]
-    return Summary(name=name, title=page.get("Title", "Harvey Session"), date=page.get("Date") or _name_date(name),
-                   models=models, turns=len(turns), analysis=bool(analyses), size=key[1], key=key,
-                   text="\n".join(words).casefold(), preview=preview(turns),
+    return Summary(name=name, title=_bounded(page.get("Title", "Harvey Session")),
+                   date=_bounded(page.get("Date") or _name_date(name)), models=[_bounded(m) for m in models],
+                   turns=len(turns), analysis=bool(analyses), size=key[1], key=key, preview=preview(turns),
                    instructions=_instructions(name, turns))
+
+
+TITLE_CHARS = 200
+
+
+def _bounded(value: str) -> str:
+    """A title page value as the list shows it, on one line and at most ``TITLE_CHARS`` long: a
+    file's title page may hold anything, and the list keeps it for every session."""
+    value = " ".join(str(value).split())
+    return value if len(value) <= TITLE_CHARS else value[:TITLE_CHARS - 1] + "…"
 
 
 def _instructions(name: str, turns: list[fountain.Turn]) -> tuple[Instruction, ...]:
