@@ -156,7 +156,16 @@ def _encode_text(text: str) -> list[str]:
     return [_encode_line(line, i == 0) for i, line in enumerate(text.split("\n"))]
 
 
+# What any decoding rule acts on: a backslash, a zero width space, a ␍, or a line that starts with
+# whitespace (a blank-looking line, or the space that protects a parenthetical).
+_ESCAPED = re.compile("[\\\\\u200b\u240d]|(?:^|\n)\\s")
+
+
 def _decode_text(lines: list[str]) -> str:
+    """Read written text lines back; text holding nothing any rule acts on (most of it) is as written."""
+    joined = "\n".join(lines)
+    if not _ESCAPED.search(joined):
+        return joined
     return "\n".join(_decode_line(line) for line in lines)
 
 

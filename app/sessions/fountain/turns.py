@@ -10,7 +10,7 @@ from datetime import datetime
 from .chunks import _read_chunk, chunk_scene
 from .codec import _user_cue, model_cue
 from .data import HARVEY, TS_FORMAT, Answer, ChunkAnalysis, Element, Scene, Screenplay, Turn
-from .parser import _TALKING, _timestamp
+from .parser import _TALKING, _timestamp, collector_paused
 
 # ------------------------------------------------------------ chat helpers
 
@@ -206,6 +206,12 @@ def turns(play: Screenplay) -> list[Turn]:
     (no "Forwarding to", no model reply, a model named in the scene's state
     line: FOUNTAIN_FORMAT.md's local model) is that model's reply.
     """
+    with collector_paused():
+        return _read_turns(play)
+
+
+def _read_turns(play: Screenplay) -> list[Turn]:
+    """The work of :func:`turns`, scene by scene."""
     reader = _TurnReader()
     pending: tuple[ChunkAnalysis, int] | None = None
     for i, scene in enumerate(play.scenes):
