@@ -432,8 +432,10 @@ def test_screenplain_reads_every_reply_line_of_our_file(harvey_app):
 
 def test_the_comparison_fails_for_a_writer_that_keeps_two_space_blank_lines(harvey_app, monkeypatch):
     """Guard: the count above can fail; with Fountain's two-space blank lines Harvey mistakes replies."""
-    encode = spmd._encode_line
-    monkeypatch.setattr(spmd, "_encode_line", lambda line, first: "  " if not line and not first else encode(line, first))
+    from app.sessions.fountain import codec
+
+    encode = codec._encode_line
+    monkeypatch.setattr(codec, "_encode_line", lambda line, first: "  " if not line and not first else encode(line, first))
     ours = recovered(HarveyReplay.read(written_by_the_app(harvey_app)), CONVERSATION)
     assert ours["wrong_replies"] > 0
 

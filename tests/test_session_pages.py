@@ -275,6 +275,71 @@ def test_reading_renders_the_screenplay_safely(live):
     assert page.select_one(f'form[action="/sessions/{name}/title"] input[name=title]')["value"] == "Reading test"
 
 
+def long_session(store, turns, analysis_every=0):
+    """A session of ``turns`` turns written at once (one file write), every ``analysis_every``-th with
+    a chunk analysis (three scenes); returns (name, every scene heading in file order)."""
+    name = store.create("tiny:1b", now=T0).name
+    play = fountain.Screenplay(dict(store.load(name).play.title_page), [])
+    for i in range(turns):
+        turn = fountain.Turn(T0 + timedelta(seconds=i), f"question {i}", "tiny:1b", f"answer **{i}**")
+        if analysis_every and i % analysis_every == analysis_every - 1:
+            turn.analysis = dataclasses.replace(an_analysis(file=f"part{i}.md"), when=T0 + timedelta(seconds=i))
+        play.scenes += fountain.turn_scenes(turn, store.user_name, store.workspace)
+    store.path(name).write_text(fountain.dumps(play), encoding="utf-8")
+    return name, [scene.heading for scene in play.scenes]
+
+
+def shown_headings(page):
+    """The scene headings a screenplay page or fragment shows, in order (chunk analyses by their summary)."""
+    return [h.get_text() for h in page.select(".scene-heading, details.chunk-analysis > summary")]
+
+
+def test_the_screenplay_page_shows_the_newest_scenes_and_loads_earlier_ones_once_each(live):
+    from app.sessions.views import PAGE_SCENES
+
+    name, headings = long_session(live.services.store, 2 * PAGE_SCENES + 7, analysis_every=9)
+    assert len(headings) > 2 * PAGE_SCENES + 7                     # the analyses add scenes
+    page = soup(live.get(f"/sessions/{name}"))
+    shown = shown_headings(page)
+    assert shown == headings[-PAGE_SCENES:]                          # the newest page, oldest first
+    assert page.select_one("dl.title-page") is not None
+    collected = shown
+    control = page.select_one(".earlier a")
+    pages = 1
+    while control is not None:
+        before = len(headings) - len(collected)
+        assert control["href"] == f"/sessions/{name}?before={before}"
+        assert control["hx-get"] == f"/sessions/{name}/scenes?before={before}"
+        fragment = soup(live.get(control["hx-get"]))
+        part = shown_headings(fragment)
+        assert 0 < len(part) <= PAGE_SCENES
+        collected = part + collected
+        control = fragment.select_one(".earlier a")
+        pages += 1
+    assert collected == headings                                     # every scene exactly once, in order
+    assert pages == -(-len(headings) // PAGE_SCENES)
+
+
+def test_an_earlier_page_of_the_screenplay_opens_without_javascript(live):
+    from app.sessions.views import PAGE_SCENES
+
+    name, headings = long_session(live.services.store, PAGE_SCENES + 5)
+    page = soup(live.get(f"/sessions/{name}", params={"before": 5}))
+    assert shown_headings(page) == headings[:5]
+    assert page.select_one(".earlier") is None                        # nothing before the first scene
+    assert page.select_one(f'.later a[href="/sessions/{name}"]')     # back to the newest
+    assert "question 0" in page.get_text() and "answer" in page.get_text()
+
+
+@pytest.mark.parametrize("before", ["0", "-1", "x", "100000"])
+def test_a_page_of_scenes_outside_the_session_is_a_clear_400(live, before):
+    name, _ = long_session(live.services.store, 3)
+    for path in (f"/sessions/{name}", f"/sessions/{name}/scenes"):
+        response = live.get(path, params={"before": before})
+        assert response.status_code == 400 and "no earlier scenes" in response.text
+    assert live.get(f"/sessions/{name}/scenes").status_code == 400
+
+
 def test_chat_page_links_to_the_list(live):
     name = live.open_session()
     page = soup(live.get(f"/s/{name}"))

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
 
 IMPORT_SUFFIXES = (".spmd", ".fountain")
+PAGE_SCENES = 40         # scenes the screenplay page shows at first; older ones load on demand (as the chat)
 # Cues whose dialogue is shown as typed, not as Markdown: the agent and the shell.
 PLAIN_CUES = {fountain.HARVEY, "SHELL"}
 _TALKING_USER = re.compile(r"int\.?\s+harvey and (.+?) talking\b", re.IGNORECASE)
@@ -122,15 +123,20 @@ def _speakers(session: Session) -> set[str]:
     return PLAIN_CUES | users | ({author} if author else set()) | {services().config.user_name.upper()}
 
 
-def scene_views(session: Session) -> list[SceneView]:
-    """The screenplay as the template walks it; chunk analyses keep their parsed parameters.
+def scene_views(session: Session, start: int = 0, stop: int | None = None) -> list[SceneView]:
+    """Scenes ``start:stop`` as the template walks them; chunk analyses keep their parsed parameters.
 
-    An analysis answer's citations link to their passages, as in the chat.
+    Only those scenes are rendered (Markdown is the costly part): a long session's page
+    costs what its page of scenes costs.  An analysis answer's citations link to their
+    passages, as in the chat.
     """
+    scenes = session.play.scenes
+    stop = len(scenes) if stop is None else stop
     plain = _speakers(session)
-    answers = _cited_answers(session)
+    answers = _cited_answers(session, start, stop)
     views = []
-    for number, scene in enumerate(session.play.scenes):
+    for number in range(start, stop):
+        scene = scenes[number]
         view = SceneView(scene.heading, analysis=fountain.read_chunk_scene(scene))
         for el in scene.elements:
             line = Line(el.kind, el.text, el.character)
@@ -141,25 +147,57 @@ def scene_views(session: Session) -> list[SceneView]:
     return views
 
 
-def _cited_answers(session: Session) -> dict:
-    """(scene number, answer text) -> the citation links of each turn whose analysis recorded passages."""
+def _cited_answers(session: Session, start: int, stop: int) -> dict:
+    """(scene number, answer text) -> the citation links of each turn in scenes ``start:stop`` whose
+    analysis recorded passages."""
     from ..chat.fragments import citation_links
 
     found = {}
     for index, turn in enumerate(session.turns):
+        if turn.analysis is None or not turn.scenes or turn.scenes[1] < start or turn.scenes[0] >= stop:
+            continue
         links = citation_links(session.name, index, turn.analysis)
-        if links and turn.reply and turn.scenes:
+        if links and turn.reply:
             for number in range(turn.scenes[0], turn.scenes[1] + 1):
                 found[(number, turn.reply)] = links
     return found
 
 
+def _page_start(session: Session) -> tuple[int, int]:
+    """The page of scenes a request asks for, as (start, stop): ``?before=N`` gives the page that
+    ends before scene N, no ``before`` the newest.  A ``before`` outside the session is a 400
+    that says so, never an empty or partial page."""
+    total = len(session.play.scenes)
+    if "before" not in request.args:
+        return max(0, total - PAGE_SCENES), total
+    before = request.args.get("before", type=int)
+    if before is None or not 0 < before <= total:
+        log.info("screenplay page refused: before=%r of %d scenes", request.args.get("before")[:20], total)
+        abort(400, description="There are no earlier scenes there.")
+    return max(0, before - PAGE_SCENES), before
+
+
 @bp.get("/<name>")
 def read(name: str):
-    """The session as a screenplay, with continue / download / rename / delete."""
+    """The session as a screenplay, newest scenes first, with continue / download / rename / delete.
+
+    ``?before=N`` shows the page of scenes before scene N (the "earlier" link without JavaScript)."""
     session = _session(name)
-    return render_template("sessions/read.html", session=session, scenes=scene_views(session),
+    start, stop = _page_start(session)
+    return render_template("sessions/read.html", session=session, scenes=scene_views(session, start, stop),
+                           earlier=start, later=stop < len(session.play.scenes),
                            messages=get_flashed_messages(with_categories=True))
+
+
+@bp.get("/<name>/scenes")
+def earlier(name: str):
+    """The page of scenes before ``before`` (the "earlier scenes" button), and the next button."""
+    session = _session(name)
+    if "before" not in request.args:
+        abort(400, description="There are no earlier scenes there.")
+    start, stop = _page_start(session)
+    return render_template("sessions/_scenes.html", session=session, scenes=scene_views(session, start, stop),
+                           earlier=start)
 
 
 @bp.get("/<name>/download")
