@@ -121,3 +121,13 @@ def test_only_the_activity_owner_decides_whether_a_session_is_busy():
     for name, path in modules().items():
         text = path.read_text(encoding="utf-8")
         assert "replies.running(" not in text and "class Replies" not in text, name
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists its packages by name: a new one left out works in a checkout's
+    editable install and is missing from a real one (the Pi's)."""
+    import tomllib
+
+    listed = set(tomllib.loads((APP.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_name(p) for p in APP.rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
