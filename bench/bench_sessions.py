@@ -4,7 +4,7 @@ Run from the repository root:  python bench/bench_sessions.py [--runs 15] [--wri
 
 The sessions are written by the app's own writer (``SessionStore.create``,
 ``store.turn_scene`` / ``fountain.turn_scenes``, ``fountain.dumps`` and the
-store's atomic ``write_text``) into a temporary folder, deterministically
+the app's atomic ``storage.atomic_write_text``) into a temporary folder, deterministically
 (fixed seed): 499 sessions of 4-40 turns with Markdown replies (lists, code,
 tables; one in ten with a chunk analysis) plus one session of 1,000 turns, so
 the list holds 500 files.  The app then runs under waitress on a loopback port
@@ -42,6 +42,7 @@ from _harness import ROOT, write_section  # noqa: E402
 
 from app import create_app
 from app.sessions import fountain  # noqa: E402
+from app.storage import atomic_write_text  # noqa: E402
 from app.config import Config, OllamaConfig, ServerConfig  # noqa: E402
 
 SECTION = "## Session pages"
@@ -80,7 +81,7 @@ def write_session(store, when: datetime, n_turns: int, r: random.Random, analysi
             turn.analysis = fountain.ChunkAnalysis("report.md", 6, "llama3.2:3b", "paragraph", 1500,
                                                    "Summarize each part.", turn.when, ["ok"] * 6, "ok")
         play.scenes += fountain.turn_scenes(turn, store.user_name, store.workspace)
-    store.write_text(store.path(session.name), fountain.dumps(play))
+    atomic_write_text(store.path(session.name), fountain.dumps(play))
     return session.name
 
 
