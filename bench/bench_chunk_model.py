@@ -10,7 +10,7 @@ The same text is analysed twice with the same instruction, map-reduce as the app
 
 * before: that chunker; map prompt ``<instruction>\\n\\n---\\nChunk i of N:\\n<text>``;
   ``num_predict`` 400 (``chunking.map_reply_tokens``);
-* after: ``ChunkSettings(purpose="analysis")``; ``chunking.map_prompt`` (label with the
+* after: ``ChunkSettings(purpose="analysis")``; ``mapreduce.map_prompt`` (label with the
   sections, "at most 250 words"); ``budget.map_reply_budget`` (366).
 
 Both: system prompt = the app's MAP_SYSTEM / REDUCE_SYSTEM, num_ctx 8192, temperature 0;
@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from app import chunking  # noqa: E402
+from app.analysis.mapreduce import map_prompt  # noqa: E402
 from app.budget import estimate_messages, estimate_tokens, map_reply_budget, reduce_batches  # noqa: E402
 
 MODEL = "smollm2:135m"
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
                      {"role": "user", "content": f"{TASK}\n\n---\nChunk {c.index + 1} of {len(before)}:\n{c.text}"}],
                     400, " › ".join(c.heading_path)) for c in before]
     maps_after = [([{"role": "system", "content": MAP_SYSTEM},
-                    {"role": "user", "content": chunking.map_prompt(TASK, c, len(after), rb.words)}],
+                    {"role": "user", "content": map_prompt(TASK, c, len(after), rb.words)}],
                    rb.num_predict, " › ".join(c.heading_path)) for c in after]
     with demo_server.DemoServer(threads=1) as server:
         client = OllamaServer(server.url, read_timeout=900)

@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import chunking  # noqa: E402
 from app.chunking import ChunkSettings, chunk_document, make_document  # noqa: E402
+from app.analysis.mapreduce import map_prompt, map_prompt_overhead  # noqa: E402
 
 RUST_DOC = Path("/root/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/share/doc/rust/html")
 NODE_API = Path("/usr/share/doc/nodejs/api")
@@ -377,7 +378,7 @@ def analysis_costs(path: Path, before_mod, window: int = 8192, reply: int = 512,
         else:
             rb = map_reply_budget(TASK, map_cap)
             fixed = estimate_messages([{"content": MAP_SYSTEM},
-                                       {"content": chunking.map_prompt_overhead(TASK, 999, rb.words)}], 4.0)
+                                       {"content": map_prompt_overhead(TASK, 999, rb.words)}], 4.0)
             num_predict = rb.num_predict
             settings = chunking.ChunkSettings(size_tokens=min(1500, window - fixed - num_predict
                                                              - math.ceil(margin * window)))
@@ -386,7 +387,7 @@ def analysis_costs(path: Path, before_mod, window: int = 8192, reply: int = 512,
         if label == "before":          # seed 000's prompt: the instruction, "Chunk i of N:", the text
             sizes = [c.tokens for c in chunks]
         else:                          # each chunk's real map prompt (its label, not the reserve)
-            sizes = [estimate_messages([{"content": MAP_SYSTEM}, {"content": chunking.map_prompt(
+            sizes = [estimate_messages([{"content": MAP_SYSTEM}, {"content": map_prompt(
                 TASK, c, len(chunks), rb.words)}], 4.0) for c in chunks]
             fixed = 0
         est = estimate_analysis(sizes, map_fixed_tokens=fixed, map_reply_tokens=num_predict,

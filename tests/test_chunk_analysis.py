@@ -21,10 +21,11 @@ if str(ROOT) not in sys.path:
 
 from app.chunking import (  # noqa: E402
     ANALYSIS_FILL, LABEL_MAX_BYTES, Chunk, ChunkSettings, chunk_document, chunk_file, chunk_label,
-    chunk_text, estimate_tokens, make_document, map_prompt, map_prompt_overhead, plan_document,
+    chunk_text, estimate_tokens, make_document, plan_document,
     plan_file,
 )
 from app.chunking import _units  # noqa: E402  (the block scanner itself)
+from app.analysis.mapreduce import map_prompt, map_prompt_overhead  # noqa: E402
 
 HYP = hsettings(max_examples=80, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -306,7 +306,7 @@ def test_invariants_project_files(path):
 
 
 def test_project_sources_are_chunked_as_source():
-    doc, chunks = chunk_file(ROOT / "app" / "chunking.py", ChunkSettings(size_tokens=300))
+    doc, chunks = chunk_file(ROOT / "app" / "chunking" / "packer.py", ChunkSettings(size_tokens=300))
     assert doc.kind == "source" and doc.boundary == "block"
     check_invariants(doc, chunks, ChunkSettings(size_tokens=300))
     starts = [doc.text[c.body_start:c.body_start + 80] for c in chunks[1:]]

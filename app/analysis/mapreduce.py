@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import chunking
+from ..chunking.document import _utf8_len
 from ..budget import estimate_messages, estimate_tokens, reduce_batches
 from ..errors import Refused
 from ..render import documents_own
@@ -74,12 +75,36 @@ class CombineError(Refused):
     """The partial answers cannot be combined within the model's window."""
 
 
+def map_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: int | None = None,
+               pages: tuple[int, int] | None = None) -> str:
+    """The user message of one map call (seed 000's layout, with the label and, when the
+    instruction allows a short answer, a length limit after the text, where a small model
+    still sees it)::
+
+        <task>\\n\\n---\\nChunk i of N (sections: ...):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
+    """
+    label = chunking.chunk_label(chunk, total, pages=pages)
+    body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
+    tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
+    return f"{task}\n\n---\n{label}:\n{body}{tail}"
+
+
+def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = None) -> str:
+    """The longest the map prompt is apart from the chunk text: a label of LABEL_MAX_BYTES and
+    the length line.  Estimate it with the system prompt to size chunks so every map request
+    fits the window whatever the chunk's sections."""
+    fake = chunking.Chunk(index=total - 1, start=0, body_start=0, end=0, text="\n", heading_path=(),
+                          kind="text", tokens=0, id="", fingerprint="")
+    base = map_prompt(task, fake, total, reply_words)
+    return base + "x" * (chunking.LABEL_MAX_BYTES - _utf8_len(f"Chunk {total} of {total}"))
+
+
 def map_messages(task: str, chunk, total: int, reply_words: int | None = None,
                  pages: tuple[int, int] | None = None, structured: bool = False) -> list[dict]:
     """One map request: seed 000's prompt with the chunk's label (sections, lines or pages) and,
-    when the instruction allows a short answer, the word limit (``chunking.map_prompt``).
+    when the instruction allows a short answer, the word limit (``map_prompt``).
     ``structured``: the system line tells the JSON shape (the request sends ``MAP_SCHEMA``)."""
-    prompt = chunking.map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)
+    prompt = map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)
     system = MAP_JSON_SYSTEM if structured else MAP_SYSTEM
     return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
 

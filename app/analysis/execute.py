@@ -1,0 +1,251 @@
+"""Chunked analysis: the execution of one job's run, its map calls and its reduce.
+
+The runner (``runner.JobRunner``) owns the jobs, the user's decisions, the session's
+activity and the lane; for each run it builds an :class:`Execution`, which asks the model
+for every chunk without an answer (map, with retries and re-plans) and then for the
+synthesis (reduce).  Every state change still goes through the runner (``transition``,
+``machine``), so the two never race.  Failures are sorted as the runner's docstring says:
+a transport failure is retried once and then interrupts the job, a refusal that repeats
+is recorded at once, anything else is retried once and recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .. import chunking
+from ..budget import observed_bpt
+from ..errors import HarveyError
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound
+from ..work.calls import Request
+from . import mapreduce, plan, record
+from .job import ChunkResult, Job
+
+log = logging.getLogger(__name__)
+
+RETRIES = 1                 # a chunk that failed (not a refusal that repeats) is tried once more
+RETRY_PAUSE_S = 1.0         # before retrying after a transport failure (Ollama restarting)
+
+
+def repeats(exc: BaseException) -> bool:
+    """A refusal that the same request would get again: never retried."""
+    return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
+
+
+def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
+    """The 1-based first and last line of the chunk's whole range ``start:end`` (its overlap with
+    the chunk before included: the model read it, and a quote may come from it)."""
+    return chunk.first_line - text.count("\n", chunk.start, chunk.body_start), chunk.last_line
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line: a card and a log line show it whole."""
+    return " ".join(str(exc).split())
+
+
+class Execution:
+    """One run of one job: its map calls and its reduce.  The runner builds one per run and keeps
+    every piece of state (jobs, activities, the stop flag); this holds only the runner it serves."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.svc = runner.svc
+        self.machine = runner.machine
+
+    def map_all(self, job: Job, doc: chunking.Document) -> bool:
+        """Map every chunk without an answer (a finished one is never redone); False when interrupted.
+
+        After the first chunk the rest may be re-planned from the file's measured bytes per
+        token (``plan.replan``): the chunk list is rebuilt and the loop carries on from there.
+        """
+        chunks, i = plan.job_chunks(self.svc, job, doc), 0
+        while i < len(chunks):
+            chunk, i = chunks[i], i + 1
+            done = job.results.get(chunk.index)
+            if done is not None and done.status == "ok":
+                continue
+            if self.runner._stopped(job):
+                return True
+            pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
+            if not self._map_one(job, chunk, pages, doc.text):
+                return False
+            changes = plan.replan(self.svc, job, doc, chunks[:i])
+            if changes is not None and not self.runner._stopped(job):
+                log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are "
+                         "re-sized (%d chunks in all, were %d)", job.id, job.file, job.measured_bpt,
+                         job.bytes_per_token, changes["chunks"], job.chunks)
+                self.machine.update(job, expect="running", **changes)
+                chunks = plan.job_chunks(self.svc, job, doc)
+                self.runner._progress(job)
+        return True
+
+    def _pause(self, job: Job) -> None:
+        """Wait a moment before retrying (Ollama restarting); a cancel or shutdown ends the wait."""
+        self.runner._wake.clear()
+        if not self.runner._stopped(job):
+            self.runner._wake.wait(RETRY_PAUSE_S)
+
+    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None, text: str) -> bool:
+        """Run the instruction on one chunk and record the result; False when the job was interrupted.
+
+        The reply budget keeps a partial answer short where the instruction allows
+        (generation is the slowest part on a CPU); a PDF's chunk is labelled with its pages.
+        ``text`` is the document's text: the result keeps where the chunk lies in it and
+        only the quotes that it holds (the record's passage).
+        """
+        self.runner._progress(job, current=chunk.index)
+        budget = plan.reply_budget(self.svc, job.task)
+        section = " › ".join(chunk.heading_path)
+        heading = section
+        if pages:
+            heading = (f"pages {pages[0]}–{pages[1]}" if pages[0] != pages[1] else f"page {pages[0]}") + (
+                f" · {heading}" if heading else "")
+        where = dict(start=chunk.start, end=chunk.end, lines=list(passage_lines(chunk, text)),
+                     pages=list(pages) if pages else None, section=section)
+        result = None
+        for attempt in range(RETRIES + 1):
+            if self.runner._stopped(job):
+                return True
+            started = time.monotonic()
+            try:
+                reply = self._map_call(job, chunk, budget, pages)
+                answer = mapreduce.read_map_reply(reply, text[chunk.start:chunk.end])
+                result = ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
+                                     heading=heading, relevant=answer.relevant, points=answer.points,
+                                     confidence=answer.confidence, **where)
+                break
+            except HarveyError as exc:
+                if self.runner._stopped(job):
+                    return True
+                log.warning("chunk %d/%d of %s failed (attempt %d): %s", chunk.index + 1, job.total, job.file,
+                            attempt + 1, exc)
+                result = ChunkResult(chunk.index, "error", error=_one_line(exc), heading=heading)
+                if repeats(exc):
+                    break           # the same request would be refused again
+                if exc.transient:
+                    if attempt < RETRIES:
+                        self._pause(job)
+                        continue
+                    self._interrupt(job, exc)
+                    return False
+        if self.runner._stopped(job) and result.status != "ok":
+            return True
+        self.machine.add_result(job, result)
+        self.runner.log_for(job).append("partial", str(chunk.index))
+        self.runner._progress(job)
+        return True
+
+    def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages) -> str:
+        """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once
+        or the instruction's answer grows with the text (translate, rewrite, list every…: free
+        text, as a few short points would cut it); a refusal is remembered for the job and the
+        call is sent again as free text.
+
+        A structured reply also spells out its quotes and the JSON around them, so it may
+        generate about twice the free-text budget (within the cap every chunk was sized for):
+        a reply cut off mid-JSON would be read as free text."""
+        if not job.format_refused and budget.words is not None:    # (a translation is no list of points)
+            messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
+            num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
+            try:
+                return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
+                                  format=mapreduce.MAP_SCHEMA)
+            except FormatRefused as exc:
+                log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
+                         _one_line(exc))
+                self.machine.update(job, expect="running", format_refused=True)
+        messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
+        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
+
+    def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
+        """Ollama is away: pause the job with what it has; Retry continues it."""
+        where = f" during the {during}" if during else ""
+        self.runner.transition(job, "interrupted", message=(
+            f"Ollama could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks are "
+            "finished and kept. Retry when Ollama is back."))
+        self.runner._emit_state(job)
+
+    def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
+              chunk: bool = False, format: dict | None = None) -> str:
+        """One model call through the shared helper (``work.calls``): refused before sending if it
+        would not fit the window with its reply, cancelled by the job's activity on a stop.
+
+        What it cost (the server's own prompt and reply token counts, its time) is added
+        to the job; a map call (``chunk``) also measures the file's own bytes per token,
+        which a re-plan sizes the rest with.
+        """
+        activity = self.runner._activity_of(job)
+        if activity is None:
+            raise Cancelled("The analysis no longer holds its session.")
+        bpt = job.map_bpt if chunk else self._reduce_bpt(job)
+        request = Request(job.model, messages, window=job.window, num_predict=num_predict, bytes_per_token=bpt,
+                          kind=kind, format=format)
+        text, usage = self.svc.calls.text(activity, request)
+        if usage is not None:
+            job.model_calls += 1
+            job.prompt_tokens += usage.prompt_tokens or 0
+            job.generated_tokens += usage.generated_tokens or 0
+            job.model_seconds += usage.seconds or 0.0
+            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
+            if measured:
+                job.measured_bpt = min(job.measured_bpt or measured, measured)
+        return text
+
+    def _reduce_bpt(self, job: Job) -> float:
+        """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
+        (or the plan's, if that is more cautious)."""
+        return min(job.bytes_per_token, self.svc.calibration.bytes_per_token(job.model, "prose", conservative=True))
+
+    def reduce(self, job: Job, doc: chunking.Document) -> None:
+        """Synthesize the relevant partial answers, with citations checked; with no answer at all,
+        fail without sending anything; with nothing relevant, say so without a synthesis call.
+        Whatever part of the file no answer covers is decided here (``plan.unread``) and named."""
+        answered = [(i, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
+        if not answered:
+            first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
+            return self.runner._fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
+                                   f"{first}", synthesis="error: no chunk produced an answer")
+        unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
+        self.runner.transition(job, "synthesizing", expect="running", unread=unread)
+        self.runner._progress(job)
+        relevant = [(i, r) for i, r in answered if r.relevant]
+        missing = [i + 1 for i in range(job.file_chunks)
+                   if job.results.get(i) is None or job.results[i].status != "ok"]
+        if not relevant:
+            answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
+                      f"chunk{'s' if len(answered) != 1 else ''} read), so nothing was synthesized.")
+        else:
+            answer = self._synthesize(job, relevant, missing)
+            if answer is None:
+                return
+        answer += record.coverage_note(job)
+        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time())
+        self.runner._finish(job, answer, "ok")
+
+    def _synthesize(self, job: Job, relevant: list[tuple[int, ChunkResult]], missing: list[int]) -> str | None:
+        """The reduce over the relevant chunks' parts, each point labelled ``[n]``; its citations
+        reduced to relevant chunks.  None when it did not finish (the job has moved on)."""
+        config = self.svc.config
+        parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
+        note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
+        effective = plan.effective_context(self.svc, job.model, job.window)
+        combiner = mapreduce.Combiner(
+            lambda messages, reply: self._call(job, messages, reply), effective=effective,
+            safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
+            reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
+            progress=lambda stage: self.runner._progress(job, stage=stage))
+        try:
+            answer = combiner.combine(job.task, parts, note)
+        except HarveyError as exc:
+            if self.runner._stopped(job):
+                self.runner._after_stop(job)
+            elif exc.transient:
+                self._interrupt(job, exc, during="synthesis")
+            else:
+                self.runner._fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
+            return None
+        answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
+        if removed:
+            log.info("analysis %s: %d citations of chunks without a relevant passage removed", job.id, removed)
+        return answer

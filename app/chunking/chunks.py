@@ -1,0 +1,116 @@
+"""The public chunking calls: Chunk records from a Document's spans (``chunk_document``,
+``chunks_from`` for a re-plan), and plans that count chunks without building their texts."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+from .document import Chunk, ChunkPlan, ChunkSettings, Document, make_document, read_document
+from .packer import _Packer, _Span
+from .units import _NONSPACE, _quoted_regions, _units
+
+
+# ---------------------------------------------------------------- public
+
+def _spans(doc: Document) -> list[_Span]:
+    """Spans of a document; empty or whitespace-only text gives none."""
+    if _NONSPACE.search(doc.text) is None:
+        return []
+    source = doc.kind == "source"
+    regions = _quoted_regions(doc.text) if source else []
+    packer = _Packer(doc.text, doc.settings, source, regions)
+    return packer.run(_units(doc.text, doc.kind, regions))
+
+
+def _content_end_of(t: str, s: int, e: int) -> int:
+    """End of t[s:e] without its trailing whitespace (a chunk's last line is its last text)."""
+    k = e
+    while k > s and t[k - 1] in " \t\n\r\f\v":
+        k -= 1
+    return k if k > s else e
+
+
+def chunk_document(doc: Document) -> list[Chunk]:
+    """Chunks of a Document with the settings it was made with."""
+    t, bpt = doc.text, doc.settings.bytes_per_token
+    sfp = doc.settings.fingerprint
+    out = []
+    line, pos = 1, 0                      # line number at pos, counted once over the text
+    for i, sp in enumerate(_spans(doc)):
+        line += t.count("\n", pos, sp.body_start)
+        first = line
+        last = first + t.count("\n", sp.body_start, _content_end_of(t, sp.body_start, sp.end))
+        line, pos = first + t.count("\n", sp.body_start, sp.end), sp.end
+        body = t[sp.start:sp.end]
+        out.append(Chunk(
+            index=i, start=sp.start, body_start=sp.body_start, end=sp.end,
+            text=sp.prefix + body if sp.prefix else body,
+            heading_path=sp.heading_path, kind=sp.kind,
+            tokens=math.ceil(sp.nbytes / bpt), id=f"{doc.fingerprint}-{i:04d}",
+            fingerprint=sfp, sections=sp.sections, first_line=first, last_line=last))
+    return out
+
+
+def chunks_from(doc: Document, offset: int, first_index: int) -> list[Chunk]:
+    """The chunks of ``doc`` (with its settings) that cover its text from ``offset`` on, numbered from
+    ``first_index``; a chunk that straddles ``offset`` keeps only its part after it.
+
+    A running analysis re-plans the rest of its file once a map call has measured the
+    file's real bytes per token (``offset`` is where its finished chunks end), so the
+    finished chunks stay exactly as they were and the rest is sized right.
+    """
+    t, out = doc.text, []
+    for c in chunk_document(doc):
+        if c.end <= offset:
+            continue
+        if c.body_start < offset:
+            first = _NONSPACE.search(t, offset, c.end)
+            if first is None:
+                continue
+            prefix = c.text[:len(c.text) - (c.end - c.start)]      # a continued table's header rows
+            if "\n\n" in t[c.start:offset]:
+                prefix = ""                                          # (the cut is past that table)
+            body = prefix + t[offset:c.end]
+            c = dataclasses.replace(c, start=offset, body_start=offset, text=body,
+                                    tokens=math.ceil(len(body.encode()) / doc.settings.bytes_per_token),
+                                    first_line=t.count("\n", 0, first.start()) + 1)
+        index = first_index + len(out)
+        out.append(dataclasses.replace(c, index=index, id=f"{doc.fingerprint}-r{index:04d}"))
+    return out
+
+
+def chunk_text(text: str, kind: str = "prose",
+               settings: ChunkSettings | None = None) -> list[Chunk]:
+    """Chunk a string.  Offsets refer to ``make_document(text, kind).text``
+    (the same string unless it had CR line endings or is HTML)."""
+    return chunk_document(make_document(text, kind, settings))
+
+
+def chunk_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
+               kind: str | None = None) -> tuple[Document, list[Chunk]]:
+    """Read and chunk a file; the kind comes from the extension unless given."""
+    doc = read_document(path, settings, kind)
+    return doc, chunk_document(doc)
+
+
+def plan_document(doc: Document) -> ChunkPlan:
+    """Count chunks without building their texts (cheap enough for the alert)."""
+    spans = _spans(doc)
+    bpt = doc.settings.bytes_per_token
+    sizes = tuple(math.ceil(sp.nbytes / bpt) for sp in spans)
+    return ChunkPlan(path=doc.path, kind=doc.kind, chunks=len(spans),
+                     tokens=doc.tokens, size_tokens=doc.settings.size_tokens,
+                     largest_tokens=max(sizes, default=0), chunk_tokens=sizes)
+
+
+def plan_text(text: str, kind: str = "prose",
+              settings: ChunkSettings | None = None) -> ChunkPlan:
+    """plan_document for a string."""
+    return plan_document(make_document(text, kind, settings))
+
+
+def plan_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
+              kind: str | None = None) -> ChunkPlan:
+    """plan_document for a file (raises ChunkingError like chunk_file)."""
+    return plan_document(read_document(path, settings, kind))
