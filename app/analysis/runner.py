@@ -108,14 +108,17 @@ class JobRunner:
     def transition(self, job: Job, new_state: str, **changes) -> Job:
         """The one way a job's state changes: checked by job.TRANSITIONS, applied and saved under the lock.
 
-        A job that leaves the states that hold its session (``HOLDING``) gives the session back."""
-        self.machine.transition(job, new_state, **changes)
-        if new_state not in HOLDING:
-            self._release(job)
-        else:
-            activity = self._activity_of(job)
-            if activity is not None:
-                activity.waiting = new_state == "proposed"
+        A job that leaves the states that hold its session (``HOLDING``) gives the session back, in
+        the same step under the runner's lock: whoever sees the new state (a tap on Retry, a message)
+        finds the session free already."""
+        with self._lock:
+            self.machine.transition(job, new_state, **changes)
+            if new_state not in HOLDING:
+                self._release(job)
+            else:
+                activity = self._activity_of(job)
+                if activity is not None:
+                    activity.waiting = new_state == "proposed"
         return job
 
     # -- the session's activity ---------------------------------------------------------
