@@ -16,6 +16,7 @@ from app.config import Config, OllamaConfig
 from app.modelserver import errors
 from app.modelserver.ollama import OllamaServer
 from scripted_ollama import Reply, ScriptedOllama
+from waiting import StreamReader
 from waiting import wait_until
 
 HI = [{"role": "user", "content": "hi"}]
@@ -29,25 +30,6 @@ def server():
 
 def server_for(scripted, read_timeout=5.0):
     return OllamaServer(scripted.url, connect_timeout=1.0, read_timeout=read_timeout)
-
-
-class Reader:
-    """Iterates a stream in its own thread; keeps the pieces and how it ended."""
-
-    def __init__(self, stream):
-        self.stream, self.pieces, self.error = stream, [], None
-        self.first, self.done = threading.Event(), threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        try:
-            for piece in self.stream:
-                self.pieces.append(piece)
-                self.first.set()
-        except BaseException as exc:    # noqa: BLE001 (the test inspects it)
-            self.error = exc
-        finally:
-            self.done.set()
 
 
 # -- the stream --------------------------------------------------------------------------
@@ -190,7 +172,7 @@ def test_a_server_that_cannot_do_a_json_schema_refuses_the_format(server):
 def test_cancel_mid_reply_from_another_thread_ends_the_reader_and_the_server_sees_it(server):
     server.script = Reply(text="y" * 4000, token_delay=0.05)
     stream = server_for(server).chat("tiny:1b", [{"role": "user", "content": "go"}], num_ctx=512)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     assert reader.first.wait(5)
     stream.cancel()
     assert reader.done.wait(1.0), "the reader did not end within 1 s of cancel"
@@ -205,7 +187,7 @@ def test_cancel_while_waiting_for_the_first_byte(server):
     """A Pi loading a model: the headers take 10 s; Stop 0.5 s in must end it at once."""
     server.script = Reply(text="never sent", first_byte_delay=10.0)
     stream = server_for(server, read_timeout=30).chat("tiny:1b", HI, num_ctx=512)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     wait_until(lambda: server.chats(), 5, "the request to reach the server")
     time.sleep(0.5)                      # the scenario: Stop half a second into the wait
     assert not reader.done.is_set()
@@ -254,7 +236,7 @@ def test_cancel_while_connecting_ends_by_the_connect_timeout():
         if not hangs:
             pytest.skip("this kernel accepts past a full backlog; no connect to wait on")
         stream = OllamaServer(f"http://127.0.0.1:{port}", connect_timeout=2.0).chat("m", HI, num_ctx=512)
-        reader = Reader(stream)
+        reader = StreamReader(stream)
         time.sleep(0.3)                  # the reader is inside connect()
         stream.cancel()
         assert reader.done.wait(5.0), "the reader did not end after the connect timeout"
@@ -273,7 +255,7 @@ def test_cancel_twice_and_after_the_end_change_nothing(server):
 
     server.script = Reply(text="y" * 400, token_delay=0.05)
     stream = server_for(server).chat("tiny:1b", HI, num_ctx=512)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     assert reader.first.wait(5)
     stream.cancel()
     stream.cancel()

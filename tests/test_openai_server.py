@@ -21,6 +21,7 @@ from app.modelserver.openai import OpenAIServer
 from app.sessions import fountain
 from conftest import make_config, require
 from scripted_openai import Reply, ScriptedOpenAI
+from waiting import StreamReader
 from waiting import wait_until
 
 HI = [{"role": "user", "content": "hi"}]
@@ -40,27 +41,6 @@ def vllm():
 
 def client(scripted, read_timeout=5.0) -> OpenAIServer:
     return OpenAIServer(scripted.url, connect_timeout=1.0, read_timeout=read_timeout)
-
-
-class Reader:
-    """Iterates a stream in its own thread; keeps the pieces and how it ended."""
-
-    def __init__(self, stream):
-        import threading
-
-        self.stream, self.pieces, self.error = stream, [], None
-        self.first, self.done = threading.Event(), threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        try:
-            for piece in self.stream:
-                self.pieces.append(piece)
-                self.first.set()
-        except BaseException as exc:    # noqa: BLE001 (the test inspects it)
-            self.error = exc
-        finally:
-            self.done.set()
 
 
 # -- the stream ------------------------------------------------------------------------------
@@ -202,7 +182,7 @@ def test_cancel_before_iteration_sends_nothing(llama):
 def test_cancel_before_the_first_byte_and_the_server_sees_it(llama):
     llama.script = Reply(text="never sent", first_byte_delay=10.0)
     stream = client(llama, read_timeout=30).chat("tiny:1b", HI, num_ctx=4096)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     wait_until(lambda: llama.chats(), 5, "the request to reach the server")
     stream.cancel()
     assert reader.done.wait(1.0), "the reader did not end within 1 s of cancel"
@@ -214,7 +194,7 @@ def test_cancel_before_the_first_byte_and_the_server_sees_it(llama):
 def test_cancel_mid_stream_ends_the_reader_and_the_server_sees_it(llama):
     llama.script = Reply(text="y" * 4000, token_delay=0.05)
     stream = client(llama).chat("tiny:1b", HI, num_ctx=4096)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     assert reader.first.wait(5)
     stream.cancel()
     stream.cancel()                                     # twice is once
@@ -339,7 +319,7 @@ def test_real_llama_server_cancel_mid_stream(llama_server):
     models = OpenAIServer(llama_server, read_timeout=120)
     stream = models.chat(REAL_MODEL, [{"role": "user", "content": "Repeat the word 'hello' forever."}],
                          num_ctx=REAL_WINDOW, num_predict=2000, temperature=0)
-    reader = Reader(stream)
+    reader = StreamReader(stream)
     assert reader.first.wait(60)
     stream.cancel()
     assert reader.done.wait(2.0) and isinstance(reader.error, errors.Cancelled)

@@ -9,6 +9,7 @@ they say "this must happen eventually", not "this is fast".
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, TypeVar
 
@@ -45,3 +46,23 @@ def wait_for_exit(proc, timeout: float, message: str = "the process to exit") ->
         proc.kill()
         proc.wait(5)
         pytest.fail(f"timed out after {timeout:g} s waiting for: {message}")
+
+
+class StreamReader:
+    """Iterates a model-server stream in its own thread; keeps the pieces and how it ended
+    (so a test can cancel from its own thread and wait, with a deadline, for the end)."""
+
+    def __init__(self, stream):
+        self.stream, self.pieces, self.error = stream, [], None
+        self.first, self.done = threading.Event(), threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        try:
+            for piece in self.stream:
+                self.pieces.append(piece)
+                self.first.set()
+        except BaseException as exc:    # noqa: BLE001 (the test inspects it)
+            self.error = exc
+        finally:
+            self.done.set()
