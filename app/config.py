@@ -57,6 +57,10 @@ class ChunkingConfig:
     concurrency: int = 1
     # Bound on each partial answer, so that the partials can be synthesized.
     map_reply_tokens: int = 400
+    # Seed 004, opt-in: the model chooses chunk boundaries / writes a short situating context
+    # for chunks that need one (app/chunking/llmhelp.py). Off: no extra model call is made.
+    llm_boundaries: bool = False
+    llm_context: bool = False
 
 
 @dataclass(frozen=True)
