@@ -298,3 +298,18 @@ def test_a_server_reply_that_is_not_valid_falls_back_through_the_real_path(tmp_p
     assert len(scripted.chats()) == 1
     assert chunks == chunking.chunk_document(doc(settings=chunking.ChunkSettings(size_tokens=400)))
     assert "not one JSON object" in caplog.text
+
+
+def test_a_document_too_large_for_one_request_falls_back_without_sending_anything(tmp_path, scripted, caplog):
+    svc = Services.from_config(make_config(tmp_path, scripted.url))
+    activity = svc.activities.begin("llmhelp", "analysis", 0)
+    big = doc("\n\n".join(f"Paragraph {i}: " + "the orchard and its trees " * 20 for i in range(400)))
+    try:
+        ask = llmhelp.model_ask(svc.calls, activity, "tiny:1b", svc.models.window("tiny:1b"), 4.0)
+        with caplog.at_level(logging.WARNING, logger="app.chunking.llmhelp"):
+            chunks = helped_chunks(big, Help(boundaries=True), ask, model="tiny:1b")
+    finally:
+        svc.activities.end(activity)
+    assert chunks == chunking.chunk_document(big)
+    assert scripted.chats() == []                                   # refused before anything was sent
+    assert "would exceed the window" in caplog.text
