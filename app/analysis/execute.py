@@ -4,9 +4,15 @@ The runner (``runner.JobRunner``) owns the jobs, the user's decisions, the sessi
 activity and the lane; for each run it builds an :class:`Execution`, which asks the model
 for every chunk without an answer (map, with retries and re-plans) and then for the
 synthesis (reduce).  Every state change still goes through the runner (``transition``,
-``machine``), so the two never race.  Failures are sorted as the runner's docstring says:
-a transport failure is retried once and then interrupts the job, a refusal that repeats
-is recorded at once, anything else is retried once and recorded.
+``machine``), so the two never race.  Failures of a map call are sorted by what trying
+again can do (``retryable``, ``repeats``):
+
+* the server away, busy or restarting (connection refused or reset, a timeout, a broken
+  stream, 429, 500, 502, 503, 504) is retried after a growing pause (``RETRY_PAUSES_S``);
+  a Stop during the pause ends it at once; when the pauses are used up, a transient
+  failure interrupts the job (Retry resumes it) and a 500 is recorded for the chunk;
+* a refusal that repeats (the model not installed) is recorded at once, never retried;
+* anything else is retried once and recorded.
 """
 
 from __future__ import annotations
@@ -17,20 +23,33 @@ import time
 from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
-from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound, ServerError
 from ..work.calls import Request
 from . import mapreduce, plan, record
 from .job import ChunkResult, Job
 
 log = logging.getLogger(__name__)
 
-RETRIES = 1                 # a chunk that failed (not a refusal that repeats) is tried once more
-RETRY_PAUSE_S = 1.0         # before retrying after a transport failure (Ollama restarting)
+RETRIES = 1                 # a chunk that failed otherwise (not a refusal that repeats) is tried once more
+# The pauses before each retry of a map call the server could not answer now (``retryable``): a
+# server restarting or loading a model gets about 7 s in all before the job pauses. Tests set
+# shorter ones here.
+RETRY_PAUSES_S: tuple[float, ...] = (1.0, 2.0, 4.0)
 
 
 def repeats(exc: BaseException) -> bool:
     """A refusal that the same request would get again: never retried."""
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
+
+
+def retryable(exc: BaseException) -> bool:
+    """A map call worth sending again after a pause: the server is away, busy or restarting
+    (``transient``: refused or reset connections, timeouts, broken streams, 429/502/503/504),
+    or it answered 500 (a runner that crashed, a balancer's own error); ``ServerError.transient``
+    leaves 500 out because a chat reply should not wait on it, but a map call can afford a retry."""
+    if isinstance(exc, ServerError) and exc.http_status == 500:
+        return True
+    return bool(getattr(exc, "transient", False)) and not repeats(exc)
 
 
 def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
@@ -80,11 +99,13 @@ class Execution:
                 self.runner._progress(job)
         return True
 
-    def _pause(self, job: Job) -> None:
-        """Wait a moment before retrying (Ollama restarting); a cancel or shutdown ends the wait."""
-        self.runner._wake.clear()
-        if not self.runner._stopped(job):
-            self.runner._wake.wait(RETRY_PAUSE_S)
+    def _pause(self, job: Job, seconds: float) -> bool:
+        """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a
+        shutdown came (they all stop the job's activity), which ends the wait at once."""
+        activity = self.runner._activity_of(job)
+        if activity is None or self.runner._stopped(job):
+            return True
+        return activity.wait_stopped(seconds) or self.runner._stopped(job)
 
     def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None, text: str) -> bool:
         """Run the instruction on one chunk and record the result; False when the job was interrupted.
@@ -103,8 +124,8 @@ class Execution:
                 f" · {heading}" if heading else "")
         where = dict(start=chunk.start, end=chunk.end, lines=list(passage_lines(chunk, text)),
                      pages=list(pages) if pages else None, section=section)
-        result = None
-        for attempt in range(RETRIES + 1):
+        result, pauses, others = None, 0, 0
+        while True:
             if self.runner._stopped(job):
                 return True
             started = time.monotonic()
@@ -118,17 +139,21 @@ class Execution:
             except HarveyError as exc:
                 if self.runner._stopped(job):
                     return True
-                log.warning("chunk %d/%d of %s failed (attempt %d): %s", chunk.index + 1, job.total, job.file,
-                            attempt + 1, exc)
                 result = ChunkResult(chunk.index, "error", error=_one_line(exc), heading=heading)
-                if repeats(exc):
-                    break           # the same request would be refused again
-                if exc.transient:
-                    if attempt < RETRIES:
-                        self._pause(job)
-                        continue
+                if retryable(exc) and pauses < len(RETRY_PAUSES_S):
+                    pause, pauses = RETRY_PAUSES_S[pauses], pauses + 1
+                    log.warning("chunk %d/%d of %s failed (%s); retry %d of %d in %.1f s", chunk.index + 1,
+                                job.total, job.file, _one_line(exc), pauses, len(RETRY_PAUSES_S), pause)
+                    if self._pause(job, pause):
+                        return True
+                    continue
+                log.warning("chunk %d/%d of %s failed: %s", chunk.index + 1, job.total, job.file, exc)
+                if exc.transient and not repeats(exc):
                     self._interrupt(job, exc)
                     return False
+                if repeats(exc) or retryable(exc) or others >= RETRIES:
+                    break           # refused for good, or retried as often as it may be
+                others += 1
         if self.runner._stopped(job) and result.status != "ok":
             return True
         self.machine.add_result(job, result)
