@@ -61,6 +61,7 @@ class Recorded:
     disconnected: bool = False        # the client closed the stream before the end
     refused: str | None = None        # why the server refused it (e.g. context)
     finished: threading.Event = field(default_factory=threading.Event)
+    ended: float = 0.0                # monotonic time the answer ended (which of two calls ended first)
 
     @property
     def num_ctx(self) -> int | None:
@@ -325,6 +326,7 @@ def _handler_for(server: ScriptedOllama):
                         server._enter(-1)
                 self._json(404, {"error": "not found"})
             finally:
+                rec.ended = time.monotonic()
                 rec.finished.set()
 
         def _show(self, body):

@@ -7,6 +7,7 @@ connection) and refuses a prompt as over its window, so each promise is checked 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 
@@ -90,3 +91,84 @@ def test_a_stop_during_the_pause_ends_it_at_once(tmp_path, scripted, make_live, 
     assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
     wait_state(job, "choose", timeout=20)                           # far less than the pause
     assert scripted.map_requests().count(2) == 1                    # and it was not sent again
+
+
+# -- parallel map calls -----------------------------------------------------------------------
+
+def parallel_config(tmp_path, scripted, parallel=2, **chunking):
+    """big.md in the workspace, and a server said to answer ``parallel`` calls at once.
+
+    The limit of chunks is above what big.md needs however its re-plan falls (it comes after
+    the chunks already started, which depends on which calls end first), so no run stops to ask."""
+    chunking.setdefault("max_chunks", 40)
+    config = big_file_config(tmp_path, scripted, **chunking)
+    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=parallel))
+
+
+def timed_maps(delays: dict[int, float], default: float = 0.0):
+    """map_or_reduce, each map reply spread over about ``delays[chunk]`` seconds (``default``)."""
+    def script(body):
+        reply = map_or_reduce(body)
+        n = chunk_of(body)
+        if n is not None:
+            pieces = max(1, len(reply.text) // reply.piece_size)
+            reply.token_delay = delays.get(n, default) / pieces
+        return reply
+    return script
+
+
+def test_parallel_2_keeps_two_calls_in_flight_and_results_land_in_chunk_order(tmp_path, scripted, make_live):
+    scripted.script = timed_maps({1: 1.0, 2: 0.0}, default=0.05)      # chunk 2 ends long before chunk 1
+    live = make_live(parallel_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
+    assert job.state == "done" and scripted.max_in_flight == 2      # two at once, never more
+    first, second = (next(c for c in scripted.chats() if chunk_of(c.body) == n) for n in (1, 2))
+    assert second.ended < first.ended                               # chunk 2 answered first...
+    partials = [int(re.search(r"<summary>Chunk (\d+)/", d).group(1)) for e, d, _ in events if e == "partial"]
+    assert partials == list(range(1, job.chunks + 1))               # ...and landed after chunk 1
+    assert list(job.results) == list(range(job.chunks))             # (results.jsonl in the same order)
+    stages = " ".join(d for e, d, _ in events if e == "progress")
+    assert "Reading chunks 1, 2 of " in stages
+    asked = scripted.map_requests()
+    assert sorted(asked) == list(range(1, job.chunks + 1))          # every chunk asked once
+
+
+def test_stop_with_two_calls_in_flight_cancels_both_and_frees_the_session(tmp_path, scripted, make_live):
+    scripted.script = timed_maps({}, default=20.0)                  # every map call takes long
+    live = make_live(parallel_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    wait_for(lambda: scripted.in_flight == 2, what="two map calls in flight")
+    in_flight = [c for c in scripted.chats() if not c.finished.is_set()]
+    assert len(in_flight) == 2
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_state(job, "choose", timeout=20)
+    for rec in in_flight:
+        assert rec.finished.wait(10) and rec.disconnected               # the server saw both hang-ups
+    assert live.services.activities.holder(name) is None               # the session is free
+    assert len(scripted.chats()) == 2 and job.results == {}            # nothing more was started
+
+
+def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(tmp_path, scripted, make_live):
+    scripted.script = timed_maps({}, default=0.15)
+    config = parallel_config(tmp_path, scripted)
+    first = make_live(config)
+    name = first.open_session()
+    job, _ = start_job(first, name, "Summarize.")
+    wait_for(lambda: job.done_count >= 3, what="three chunks")
+    first.close()                                                   # the server goes away mid-run
+    wait_state(job, "interrupted")
+    finished = {i for i, r in job.results.items() if r.status == "ok"}
+    second = make_live(config)
+    resumed = second.services.jobs.get(job.id)
+    assert resumed.state == "interrupted" and set(resumed.results) == finished
+    before = len(scripted.chats())
+    second.post(f"/s/{name}/analysis/{job.id}/resume")
+    list(second.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
+    assert resumed.state == "done"
+    redone = [n - 1 for n in scripted.map_requests(since=before)]
+    assert len(redone) == len(set(redone)) and not set(redone) & finished
+    assert sorted(redone + sorted(finished)) == list(range(resumed.chunks))
+    assert scripted.max_in_flight == 2

@@ -133,6 +133,55 @@ class Activity:
         return self._ended.wait(timeout)
 
 
+class Part:
+    """One of several pieces of an activity's work in flight at once (a map call with its retries
+    and their pauses): a stop of the activity cancels it, and it can be cancelled on its own (a
+    re-plan made the chunk it reads stale).  It stands in for the activity where a call is made
+    (``attach``/``detach``), so the call it makes is cancelled either way.  Use it as a context
+    manager: it is attached to the activity for as long as it runs."""
+
+    def __init__(self, activity: Activity):
+        self.activity = activity
+        self._cancelled = threading.Event()
+        self._calls: set[Cancellable] = set()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "Part":
+        self.activity.attach(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.activity.detach(self)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """End this part now: its call in flight is cancelled, a pause it waits in ends."""
+        with self._lock:
+            self._cancelled.set()
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+
+    def attach(self, call: Cancellable) -> None:
+        """The part's call now in flight (cancelled at once if the part was cancelled first)."""
+        with self._lock:
+            self._calls.add(call)
+            cancelled = self._cancelled.is_set()
+        if cancelled:
+            call.cancel()
+
+    def detach(self, call: Cancellable) -> None:
+        with self._lock:
+            self._calls.discard(call)
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s; True as soon as the part (or its activity) is stopped."""
+        return self._cancelled.wait(timeout)
+
+
 class Activities:
     """Which activity holds each session; the recently ended ones stay a little for late followers.
 
