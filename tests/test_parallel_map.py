@@ -172,3 +172,95 @@ def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(
     assert len(redone) == len(set(redone)) and not set(redone) & finished
     assert sorted(redone + sorted(finished)) == list(range(resumed.chunks))
     assert scripted.max_in_flight == 2
+
+
+# -- a chunk refused for the window is re-split -------------------------------------------------
+
+def refusing(which: int, times: int = 1):
+    """map_or_reduce, but the first ``times`` requests for chunk ``which`` are refused as over the
+    window (as a server whose own count says so); the requests for it are kept in order."""
+    seen: list[dict] = []
+
+    def script(body):
+        if chunk_of(body) == which:
+            seen.append(body)
+            if len(seen) <= times:
+                return Reply(text="", fault="context")
+        return map_or_reduce(body)
+    script.seen = seen
+    return script
+
+
+def prompt_of(body) -> str:
+    return body["messages"][-1]["content"]
+
+
+def test_a_chunk_the_server_refuses_for_its_window_is_read_as_two_halves(tmp_path, scripted, make_live):
+    scripted.script = script = refusing(3)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name, job = run(live)
+    assert job.state == "done"
+    whole, *halves = script.seen
+    assert len(halves) == 2                                         # the server saw two smaller requests
+    assert all(len(prompt_of(h)) < len(prompt_of(whole)) for h in halves)
+    assert all(prompt_of(h) != prompt_of(whole) for h in halves)    # never the refused one again
+    whole_text, *texts = [prompt_of(b).split(":\n", 1)[1].rsplit("\n---\nAnswer in", 1)[0]
+                          for b in script.seen]
+    assert texts[0] + texts[1] == whole_text and texts[0].endswith("\n\n")    # cut at a paragraph, nothing lost
+    result = job.results[2]
+    assert result.status == "ok" and result.text.count("Partial answer for chunk 3.") == 2
+    assert list(job.results) == list(range(job.chunks))             # its index is kept
+    assert "chunk-unread" not in (live.services.store.folder / f"{name}.spmd").read_text()
+
+
+def test_a_chunk_still_refused_after_three_splits_is_named_unread(tmp_path, scripted, make_live):
+    scripted.script = script = refusing(3, times=99)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name, job = run(live)
+    assert job.state == "done" and job.results[2].status == "error"
+    assert len(script.seen) == 1 + execute.MAX_SPLIT_DEPTH          # whole, then a half of a half of a half
+    sizes = [len(prompt_of(b)) for b in script.seen]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == len(sizes)
+    assert "[[chunk-unread: lines " in (live.services.store.folder / f"{name}.spmd").read_text()
+
+
+def test_an_openai_servers_context_refusal_re_splits_the_chunk(tmp_path, make_live):
+    from scripted_openai import Reply as OpenAIReply, ScriptedOpenAI
+    seen = []
+
+    def script(body):
+        if chunk_of(body) == 2:
+            seen.append(body)
+            if len(seen) == 1:
+                return OpenAIReply(fault="context")
+        found = map_or_reduce(body)
+        return OpenAIReply(text=found.text)
+
+    with ScriptedOpenAI(models={"tiny:1b": 8192}, script=script) as server:
+        config = big_file_config(tmp_path, server)
+        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", parallel=2))
+        live = make_live(config)
+        _, job = run(live)
+        assert job.state == "done" and len(seen) == 3
+        assert [c.refused for c in server.chats() if chunk_of(c.body) == 2] == ["context", None, None]
+        assert job.results[1].text.count("Partial answer for chunk 2.") == 2
+        assert server.max_in_flight == 2
+
+
+def test_split_chunk_cuts_at_the_paragraph_nearest_the_middle_and_never_inside_a_word():
+    from app import chunking
+
+    text = "# Title\n\n" + "\n\n".join(f"Paragraph {i}. " + "word " * 30 + "end." for i in range(6)) + "\n"
+    doc = chunking.make_document(text, "markdown", chunking.ChunkSettings(size_tokens=4000))
+    (chunk,) = chunking.chunk_document(doc)
+    first, second = chunking.split_chunk(doc.text, chunk, 4.0)
+    assert first.text + second.text == chunk.text and first.end == second.start
+    assert first.text.endswith("end.\n\n") and second.text.startswith("Paragraph 3.")
+    assert (first.index, second.index) == (chunk.index, chunk.index)
+    assert (first.first_line, first.last_line, second.first_line, second.last_line) == (1, 7, 9, 13)
+    words = "alpha beta gamma delta " * 20                  # no paragraph, no sentence: between words
+    (one,) = chunking.chunk_text(words)
+    a, b = chunking.split_chunk(words, one, 4.0)
+    assert a.text.endswith(" ") and b.text[0].isalpha() and a.text + b.text == words
+    (word,) = chunking.chunk_text("x" * 400)
+    assert chunking.split_chunk("x" * 400, word, 4.0) is None   # one word: no cut at all
