@@ -11,12 +11,13 @@ Every state change goes through ``transition`` (``job.StateMachine``) under the
 runner's lock; the worker and the views race only through it.  Failures are
 sorted by what trying again can do:
 
-* a transport failure (Ollama unreachable, the connection dropped, a timeout:
-  ``exc.transient``) is retried once after a pause, then the job pauses as
+* a transport failure (Ollama unreachable, the connection dropped, a timeout, a busy
+  server: ``execute.retryable``) is retried after growing pauses, then the job pauses as
   "interrupted" with Retry; Resume retries every chunk without an answer and
   never redoes a finished one;
-* a refusal that will repeat (the context exceeded, the model not installed) is
-  recorded for that chunk at once, never retried;
+* a refusal that will repeat (the model not installed) is recorded for that chunk at
+  once, never retried; a chunk refused for the window is read as two halves (split
+  again, a few times at most), never sent again as it was;
 * any other error is retried once, then recorded for that chunk.
 
 A re-plan (the file denser than planned) never cuts the run: when the whole
@@ -44,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import threading
 import time
 from collections import OrderedDict
 
@@ -88,7 +88,6 @@ class JobRunner:
         # its session while its card waits for the instruction and while it runs.
         self._activities: dict[str, Activity] = {}
         self.lane = svc.worker.lane("analysis", self._serve)
-        self._wake = threading.Event()
         self._stopping = False
         for job in self.store.load_all():
             self.jobs[job.id] = job
@@ -307,7 +306,6 @@ class JobRunner:
                 activity = self._activity_of(job)
             else:
                 return
-        self._wake.set()
         if activity is not None:
             activity.stop()                # the call in flight ends now, whatever stage it is at
         if unqueued:
@@ -363,7 +361,6 @@ class JobRunner:
         with self._lock:
             activity = self._activity_of(job)
             self.transition(job, "discarded", expect=expect)
-        self._wake.set()
         if activity is not None:
             activity.stop()
         self._settle(job)
@@ -526,8 +523,10 @@ class JobRunner:
 
     # -- progress events (data-less or small: the SSE view renders them) ---------------------
 
-    def _progress(self, job: Job, current: int | None = None, stage: str = "") -> None:
-        data = {k: v for k, v in (("current", current), ("stage", stage)) if v not in (None, "")}
+    def _progress(self, job: Job, running: list[int] | None = None, stage: str = "") -> None:
+        """A progress event: ``running``, the 0-based chunks whose map calls are in flight (the card
+        says "reading chunks 4, 5 of 20"), or a stage of the synthesis."""
+        data = {k: v for k, v in (("running", running), ("stage", stage)) if v not in (None, "", [])}
         self.log_for(job).append("progress", json.dumps(data) if data else "")
 
     def _emit_state(self, job: Job) -> None:
@@ -539,6 +538,5 @@ class JobRunner:
         with self._lock:
             self._stopping = True
             running = list(self._activities.values())
-        self._wake.set()
         for activity in running:
             activity.stop()
