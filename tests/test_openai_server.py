@@ -357,3 +357,17 @@ def test_a_server_still_loading_is_asked_again_for_its_window(llama):
         models.window("tiny:1b")
     assert info.value.transient
     assert models.window("tiny:1b") == 4096 and llama.paths().count("/props") == 2
+
+
+def test_the_error_card_names_the_model_server_not_ollama(tmp_path, make_live):
+    """api: openai: the card says what is down in neutral words, never Ollama's commands, when sent
+    and when rebuilt from the session file on a reload."""
+    live = make_live(openai_config(tmp_path, "http://127.0.0.1:9"))
+    name = live.open_session()
+    fragment = live.post(f"/s/{name}/messages", data={"message": "hello?"}).text
+    html = fragment if "is not running" in fragment else follow(live, name)[1]
+    page = live.get(f"/s/{name}").text
+    for shown in (html, page):
+        assert "The model server is not running" in shown and "Start it or check ollama.url" in shown
+        assert "OpenAI-compatible server is not running at http://127.0.0.1:9" in shown
+        assert "Ollama" not in shown and "ollama pull" not in shown
