@@ -26,6 +26,7 @@ from ..workspace import Workspace, WorkspaceFile
 log = logging.getLogger(__name__)
 
 FILE_BLOCK_TOKENS = 12   # the <file name="..."> wrapper around an included file
+EXACT_SAMPLE_CHARS = 32_000   # of a file's sample, counted exactly by a server that can (llama-server)
 class TurnRefused(Refused):
     """The message cannot be sent; ``kind`` names the error card (ERROR_TEXTS)."""
 
@@ -289,8 +290,32 @@ def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, float]:
     a large file is neither read nor extracted to be measured (issue 23).
     """
     measured = chunking.measure(wf.path)
-    bpt = svc.calibration.bytes_per_token(model, calibration_kind(measured.kind, measured.sample), conservative=True)
+    kind = calibration_kind(measured.kind, measured.sample)
+    _count_exactly(svc, model, kind, measured.sample)
+    bpt = svc.calibration.bytes_per_token(model, kind, conservative=True)
     return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
+
+
+def _count_exactly(svc, model: str, kind: str, sample: str) -> None:
+    """Give a kind of text that has no figure yet the server's exact count of the file's sample
+    (llama-server's ``/tokenize``), so the first estimate of it (the alert card's chunks and time,
+    the plan's chunk size) is the model's own instead of a guess from other kinds.
+
+    One call per file estimate at most, and only until the kind has a figure: after that the
+    calibration has it, and every call on the file refines it. A server without a tokenizer
+    (Ollama) answers None without a request; a failure costs nothing but the exact figure.
+    """
+    if not sample or svc.calibration.samples(model, kind):
+        return
+    if len(sample) > EXACT_SAMPLE_CHARS:                 # enough to know the figure, quick to count
+        sample = sample[:EXACT_SAMPLE_CHARS].rsplit("\n", 1)[0] or sample[:EXACT_SAMPLE_CHARS]
+    try:
+        tokens = svc.models.count_tokens(model, sample)
+    except ModelError as exc:
+        log.info("no exact token count for %s text from %s: %s", kind, svc.models, exc)
+        return
+    if tokens:
+        svc.calibration.observe_count(model, kind, sample, tokens)
 
 
 def _refuse_unreadable(wf: WorkspaceFile) -> None:
