@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import logging
 import os
 import types
 import typing
@@ -22,6 +23,8 @@ import yaml
 
 
 from .errors import ConfigError  # noqa: E402,F401 (the config's error lives in the one tree)
+
+log = logging.getLogger(__name__)
 
 API_KINDS = ("native", "openai")     # ollama.api: the kinds of model server app.modelserver can talk to
 
@@ -39,6 +42,9 @@ class OllamaConfig:
     keep_alive: str = "30m"
     # The window used when a model's own length is larger: a size a Pi can hold.
     default_context_window: int = 8192
+    # Calls the server answers at once: an analysis keeps this many map calls in flight. 1 on a
+    # Pi; match OLLAMA_NUM_PARALLEL, llama-server's -np, or the boxes behind a balancer.
+    parallel: int = 1
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,6 @@ class ChunkingConfig:
     chunk_size_tokens: int = 1500
     max_chunks: int = 20
     overlap: str = "paragraph"
-    concurrency: int = 1
     # Bound on each partial answer, so that the partials can be synthesized.
     map_reply_tokens: int = 400
 
@@ -139,9 +144,31 @@ def load_config(path: str | os.PathLike | None = None, env: dict | None = None) 
     data: dict = {}
     if path and Path(path).exists():
         data = _read_yaml(Path(path))
-    config = _build(Config, data, source, prefix="")
+    config = _build(Config, _fold_old_keys(data, source), source, prefix="")
     config = dataclasses.replace(config, source=source)
     return _apply_env(config, env)
+
+
+def _fold_old_keys(data: dict, source: str) -> dict:
+    """Keys of older files, moved: ``chunking.concurrency`` (documented, never read) is now
+    ``ollama.parallel``; an old file still loads, its value is used unless the new key is set,
+    and the log names the new key."""
+    chunking = data.get("chunking")
+    if not isinstance(chunking, dict) or "concurrency" not in chunking:
+        return data
+    chunking = dict(chunking)
+    value = chunking.pop("concurrency")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{source}: key 'chunking.concurrency': expected a whole number of at least 1, got "
+                          f"{value!r} (the key is now ollama.parallel)")
+    ollama = data.get("ollama") if isinstance(data.get("ollama"), dict) else {}
+    log.warning("%s: chunking.concurrency is now ollama.parallel (calls in flight at once); %s", source,
+                "ollama.parallel is set, so chunking.concurrency is ignored" if "parallel" in ollama
+                else f"using {value} as ollama.parallel")
+    folded = {**data, "chunking": chunking}
+    if "ollama" not in data or isinstance(data.get("ollama"), dict):
+        folded["ollama"] = {"parallel": value, **ollama}
+    return folded
 
 
 def _read_yaml(path: Path) -> dict:
@@ -221,7 +248,7 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("threshold", "a number in (0, 1]", obj.threshold)
         if obj.overlap not in ("paragraph", "sentence", "none"):
             raise bad("overlap", "one of paragraph, sentence, none", obj.overlap)
-        for key in ("chunk_size_tokens", "max_chunks", "concurrency", "map_reply_tokens"):
+        for key in ("chunk_size_tokens", "max_chunks", "map_reply_tokens"):
             if getattr(obj, key) < 1:
                 raise bad(key, "a whole number of at least 1", getattr(obj, key))
     elif isinstance(obj, BudgetConfig):
@@ -266,6 +293,8 @@ def _check(obj, source: str, prefix: str) -> None:
                       obj.api)
         if obj.timeout_s <= 0 or obj.connect_timeout_s <= 0:
             raise bad("timeout_s", "a positive number of seconds", obj.timeout_s)
+        if obj.parallel < 1:
+            raise bad("parallel", "a whole number of at least 1", obj.parallel)
 
 
 def _apply_env(config: Config, env) -> Config:

@@ -41,7 +41,8 @@ class Reply:
     token_delay: float = 0.0          # seconds between pieces
     piece_size: int = 4               # characters per streamed piece
     fault: str | None = None          # None | "http_500" | "model_404" | "context" | "midstream_error" | "drop"
-    #                                   | "hang"
+    #                                   | "hang" | "reset" (the connection reset before any answer)
+    status: int | None = None         # answer this HTTP status with an error (429, 503: a busy server)
     fault_after: int = 2              # pieces sent before a mid-stream fault
     prompt_eval_count: int | None = None   # None: computed from the prompt
     done_reason: str = "stop"
@@ -60,6 +61,7 @@ class Recorded:
     disconnected: bool = False        # the client closed the stream before the end
     refused: str | None = None        # why the server refused it (e.g. context)
     finished: threading.Event = field(default_factory=threading.Event)
+    ended: float = 0.0                # monotonic time the answer ended (which of two calls ended first)
 
     @property
     def num_ctx(self) -> int | None:
@@ -120,6 +122,21 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+def failing(times: int, then: Callable[[dict], Reply], status: int | None = None, fault: str | None = None,
+            which: Callable[[dict], bool] = lambda body: True) -> Callable[[dict], Reply]:
+    """A script whose first ``times`` requests that ``which`` picks fail with HTTP ``status`` (or
+    ``fault``); every other request, and those after, get ``then``'s reply."""
+    left = [times]
+    lock = threading.Lock()
+
+    def script(body: dict) -> Reply:
+        with lock:
+            fail = which(body) and left[0] > 0
+            left[0] -= fail
+        return Reply(text="failed", status=status, fault=fault) if fail else then(body)
+    return script
+
+
 def _echo(body: dict) -> Reply:
     """Default script: say how big the prompt was and echo the last message."""
     messages = body.get("messages") or [{}]
@@ -141,6 +158,8 @@ class ScriptedOllama:
         self.honor_num_predict = False   # cut replies at options.num_predict tokens, as Ollama does
         self.refuse_format = False       # answer a chat with ``format`` as an Ollama older than 0.5 does (400)
         self.tags_delays: list[float] = []   # seconds before each next /api/tags answer (popped in order)
+        self.in_flight = 0               # chat requests being answered now
+        self.max_in_flight = 0           # the most chat requests ever answered at once
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -220,6 +239,12 @@ class ScriptedOllama:
                 found.append(int(m.group(1)))
         return found
 
+    def _enter(self, delta: int) -> None:
+        """Count a chat request in (1) or out (-1); ``max_in_flight`` keeps the most at once."""
+        with self._lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
     def _record(self, method: str, path: str, body: dict) -> Recorded:
         rec = Recorded(method, path, body, time.monotonic())
         with self._lock:
@@ -294,9 +319,14 @@ def _handler_for(server: ScriptedOllama):
                 if self.path == "/api/embed":
                     return self._embed(body)
                 if self.path == "/api/chat":
-                    return self._chat(body, rec)
+                    server._enter(1)
+                    try:
+                        return self._chat(body, rec)
+                    finally:
+                        server._enter(-1)
                 self._json(404, {"error": "not found"})
             finally:
+                rec.ended = time.monotonic()
                 rec.finished.set()
 
         def _show(self, body):
@@ -329,6 +359,14 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(404, {"error": f"model '{name}' not found"})
             if reply.fault == "http_500":
                 return self._json(500, {"error": "llama runner process has terminated"})
+            if reply.status:
+                return self._json(reply.status, {"error": f"scripted status {reply.status}"})
+            if reply.fault == "reset":
+                import struct
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                rec.refused = "reset"
+                return
             if reply.fault == "context":
                 rec.refused = "context"
                 return self._json(400, {"error": "the input length exceeds the context length"})

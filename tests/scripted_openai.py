@@ -58,6 +58,8 @@ class ScriptedOpenAI:
         self.refuse_format = False          # answer a chat with response_format as a server without it
         self.props_unavailable = 0          # answer this many next /props with 503 (llama-server loading)
         self.requests: list[Recorded] = []
+        self.in_flight = 0                  # chat requests being answered now
+        self.max_in_flight = 0              # the most chat requests ever answered at once
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
@@ -149,7 +151,14 @@ def _handler_for(server: ScriptedOpenAI):
                             for i, t in reversed(list(enumerate(texts)))]    # out of order: the client sorts
                     return self._json(200, {"object": "list", "data": data})
                 if self.path == "/v1/chat/completions":
-                    return self._chat(body, rec)
+                    with server._lock:
+                        server.in_flight += 1
+                        server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    try:
+                        return self._chat(body, rec)
+                    finally:
+                        with server._lock:
+                            server.in_flight -= 1
                 self._error(404, "File Not Found", "not_found_error")
             finally:
                 rec.finished.set()

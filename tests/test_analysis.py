@@ -281,7 +281,9 @@ def test_drop_after_cancel_records_a_cancelled_scene_and_no_answer(setup):
     assert turns[0].reply is None and turns[0].analysis.synthesis == "cancelled"
 
 
-def test_failing_chunk_is_retried_once_then_recorded_and_the_run_completes(setup):
+def test_failing_chunk_is_retried_then_recorded_and_the_run_completes(setup, monkeypatch):
+    from app.analysis import execute
+    monkeypatch.setattr(execute, "RETRY_PAUSES_S", (0.01, 0.02, 0.04))
     live, scripted, _ = setup
     attempts = {}
 
@@ -299,7 +301,7 @@ def test_failing_chunk_is_retried_once_then_recorded_and_the_run_completes(setup
     job, _ = start_job(live, name, "Summarize.")
     list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
     assert job.state == "done"
-    assert attempts == {"2": 2, "3": 2}
+    assert attempts == {"2": 1 + len(execute.RETRY_PAUSES_S), "3": 2}      # a 500: retried after each pause
     assert job.results[1].status == "error" and job.results[2].status == "ok"
     synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
     assert "Chunks with no answer (failed or not run): 2." in synthesis

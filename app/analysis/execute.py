@@ -4,33 +4,68 @@ The runner (``runner.JobRunner``) owns the jobs, the user's decisions, the sessi
 activity and the lane; for each run it builds an :class:`Execution`, which asks the model
 for every chunk without an answer (map, with retries and re-plans) and then for the
 synthesis (reduce).  Every state change still goes through the runner (``transition``,
-``machine``), so the two never race.  Failures are sorted as the runner's docstring says:
-a transport failure is retried once and then interrupts the job, a refusal that repeats
-is recorded at once, anything else is retried once and recorded.
+``machine``), so the two never race.  Failures of a map call are sorted by what trying
+again can do (``retryable``, ``repeats``):
+
+* the server away, busy or restarting (connection refused or reset, a timeout, a broken
+  stream, 429, 500, 502, 503, 504) is retried after a growing pause (``RETRY_PAUSES_S``);
+  a Stop during the pause ends it at once; when the pauses are used up, a transient
+  failure interrupts the job (Retry resumes it) and a 500 is recorded for the chunk;
+* a refusal that repeats (the model not installed) is recorded at once, never retried;
+* anything else is retried once and recorded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
 
 from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
-from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound, ServerError
+from ..work.activity import Part
 from ..work.calls import Request
 from . import mapreduce, plan, record
+from .inflight import Interrupted, MapQueue
 from .job import ChunkResult, Job
 
 log = logging.getLogger(__name__)
 
-RETRIES = 1                 # a chunk that failed (not a refusal that repeats) is tried once more
-RETRY_PAUSE_S = 1.0         # before retrying after a transport failure (Ollama restarting)
+RETRIES = 1                 # a chunk that failed otherwise (not a refusal that repeats) is tried once more
+# The pauses before each retry of a map call the server could not answer now (``retryable``): a
+# server restarting or loading a model gets about 7 s in all before the job pauses. Tests set
+# shorter ones here.
+RETRY_PAUSES_S: tuple[float, ...] = (1.0, 2.0, 4.0)
+MAX_SPLIT_DEPTH = 3         # a chunk refused for the window is read in at most 2**3 parts
 
 
 def repeats(exc: BaseException) -> bool:
     """A refusal that the same request would get again: never retried."""
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
+
+
+def retryable(exc: BaseException) -> bool:
+    """A map call worth sending again after a pause: the server is away, busy or restarting
+    (``transient``: refused or reset connections, timeouts, broken streams, 429/502/503/504),
+    or it answered 500 (a runner that crashed, a balancer's own error); ``ServerError.transient``
+    leaves 500 out because a chat reply should not wait on it, but a map call can afford a retry."""
+    if isinstance(exc, ServerError) and exc.http_status == 500:
+        return True
+    return bool(getattr(exc, "transient", False)) and not repeats(exc)
+
+
+def joined(index: int, parts: list[ChunkResult], heading: str, where: dict) -> ChunkResult:
+    """A split chunk's result: its halves' answers as one (relevant when either half had
+    something; the relevant halves' texts, their points in order, the higher confidence)."""
+    relevant = [r for r in parts if r.relevant]
+    confidences = [r.confidence for r in parts if r.confidence is not None]
+    return ChunkResult(index, "ok", "\n\n".join(r.text for r in relevant or parts[:1]),
+                       seconds=sum(r.seconds for r in parts), heading=heading, relevant=bool(relevant),
+                       points=[p for r in parts for p in r.points],
+                       confidence=max(confidences) if confidences else None, **where)
 
 
 def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
@@ -52,49 +87,41 @@ class Execution:
         self.runner = runner
         self.svc = runner.svc
         self.machine = runner.machine
+        self._costs = threading.Lock()      # the job's cost figures, added to by every map call
 
     def map_all(self, job: Job, doc: chunking.Document) -> bool:
         """Map every chunk without an answer (a finished one is never redone); False when interrupted.
 
-        After the first chunk the rest may be re-planned from the file's measured bytes per
-        token (``plan.replan``): the chunk list is rebuilt and the loop carries on from there.
+        ``ollama.parallel`` calls run at once and results are recorded in chunk order
+        (``inflight.MapQueue``); after each the rest may be re-planned from the file's measured
+        bytes per token (``plan.replan``).
         """
-        chunks, i = plan.job_chunks(self.svc, job, doc), 0
-        while i < len(chunks):
-            chunk, i = chunks[i], i + 1
-            done = job.results.get(chunk.index)
-            if done is not None and done.status == "ok":
-                continue
-            if self.runner._stopped(job):
-                return True
-            pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-            if not self._map_one(job, chunk, pages, doc.text):
-                return False
-            changes = plan.replan(self.svc, job, doc, chunks[:i])
-            if changes is not None and not self.runner._stopped(job):
-                log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are "
-                         "re-sized (%d chunks in all, were %d)", job.id, job.file, job.measured_bpt,
-                         job.bytes_per_token, changes["chunks"], job.chunks)
-                self.machine.update(job, expect="running", **changes)
-                chunks = plan.job_chunks(self.svc, job, doc)
-                self.runner._progress(job)
-        return True
+        activity = self.runner._activity_of(job)
+        if activity is None:
+            return True             # the job no longer holds its session: it was stopped
+        return MapQueue(self, job, doc, activity, self.svc.config.ollama.parallel).run()
 
-    def _pause(self, job: Job) -> None:
-        """Wait a moment before retrying (Ollama restarting); a cancel or shutdown ends the wait."""
-        self.runner._wake.clear()
-        if not self.runner._stopped(job):
-            self.runner._wake.wait(RETRY_PAUSE_S)
+    def _pause(self, job: Job, part: Part, seconds: float) -> bool:
+        """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a
+        shutdown came (they stop the job's activity, which cancels the part), which ends the wait
+        at once."""
+        if self.runner._stopped(job):
+            return True
+        return part.wait_stopped(seconds) or self.runner._stopped(job)
 
-    def _map_one(self, job: Job, chunk: chunking.Chunk, pages: tuple[int, int] | None, text: str) -> bool:
-        """Run the instruction on one chunk and record the result; False when the job was interrupted.
+    def _read_chunk(self, job: Job, chunk: chunking.Chunk, doc: chunking.Document, part: Part,
+                    depth: int = 0) -> ChunkResult | Interrupted | None:
+        """Run the instruction on one chunk (a pool thread of ``MapQueue``): its result, the job's
+        interruption, or None when it was stopped.
 
         The reply budget keeps a partial answer short where the instruction allows
         (generation is the slowest part on a CPU); a PDF's chunk is labelled with its pages.
-        ``text`` is the document's text: the result keeps where the chunk lies in it and
-        only the quotes that it holds (the record's passage).
+        The result keeps where the chunk lies in the document's text and only the quotes
+        that it holds (the record's passage).  A chunk refused for the window is split in
+        two and each half read (``_read_halves``), never sent again as it was.
         """
-        self.runner._progress(job, current=chunk.index)
+        text = doc.text
+        pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
         budget = plan.reply_budget(self.svc, job.task)
         section = " › ".join(chunk.heading_path)
         heading = section
@@ -103,40 +130,63 @@ class Execution:
                 f" · {heading}" if heading else "")
         where = dict(start=chunk.start, end=chunk.end, lines=list(passage_lines(chunk, text)),
                      pages=list(pages) if pages else None, section=section)
-        result = None
-        for attempt in range(RETRIES + 1):
-            if self.runner._stopped(job):
-                return True
+        result, pauses, others = None, 0, 0
+        while True:
+            if self.runner._stopped(job) or part.cancelled:
+                return None
             started = time.monotonic()
             try:
-                reply = self._map_call(job, chunk, budget, pages)
+                reply = self._map_call(job, chunk, budget, pages, part)
                 answer = mapreduce.read_map_reply(reply, text[chunk.start:chunk.end])
-                result = ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
-                                     heading=heading, relevant=answer.relevant, points=answer.points,
-                                     confidence=answer.confidence, **where)
-                break
+                return ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
+                                   heading=heading, relevant=answer.relevant, points=answer.points,
+                                   confidence=answer.confidence, **where)
+            except ContextExceeded as exc:
+                if self.runner._stopped(job) or part.cancelled:
+                    return None
+                return self._read_halves(job, chunk, doc, part, depth, exc, heading, where)
             except HarveyError as exc:
-                if self.runner._stopped(job):
-                    return True
-                log.warning("chunk %d/%d of %s failed (attempt %d): %s", chunk.index + 1, job.total, job.file,
-                            attempt + 1, exc)
+                if self.runner._stopped(job) or part.cancelled:
+                    return None
                 result = ChunkResult(chunk.index, "error", error=_one_line(exc), heading=heading)
-                if repeats(exc):
-                    break           # the same request would be refused again
-                if exc.transient:
-                    if attempt < RETRIES:
-                        self._pause(job)
-                        continue
-                    self._interrupt(job, exc)
-                    return False
-        if self.runner._stopped(job) and result.status != "ok":
-            return True
-        self.machine.add_result(job, result)
-        self.runner.log_for(job).append("partial", str(chunk.index))
-        self.runner._progress(job)
-        return True
+                if retryable(exc) and pauses < len(RETRY_PAUSES_S):
+                    pause, pauses = RETRY_PAUSES_S[pauses], pauses + 1
+                    log.warning("chunk %d/%d of %s failed (%s); retry %d of %d in %.1f s", chunk.index + 1,
+                                job.total, job.file, _one_line(exc), pauses, len(RETRY_PAUSES_S), pause)
+                    if self._pause(job, part, pause):
+                        return None
+                    continue
+                log.warning("chunk %d/%d of %s failed: %s", chunk.index + 1, job.total, job.file, exc)
+                if exc.transient and not repeats(exc):
+                    return Interrupted(exc)
+                if repeats(exc) or retryable(exc) or others >= RETRIES:
+                    return result       # refused for good, or retried as often as it may be
+                others += 1
 
-    def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages) -> str:
+    def _read_halves(self, job: Job, chunk: chunking.Chunk, doc: chunking.Document, part: Part, depth: int,
+                     refusal: ContextExceeded, heading: str, where: dict) -> ChunkResult | Interrupted | None:
+        """The server refused the chunk for its window (its own limit, or a calibration that
+        under-counted): read it as two halves cut at a structure boundary (``chunking.split_chunk``),
+        each maybe split again down to ``MAX_SPLIT_DEPTH``, and join their answers as the chunk's.
+        When that still fails, the chunk is a failed chunk (its lines are named as unread)."""
+        halves = chunking.split_chunk(doc.text, chunk, job.map_bpt) if depth < MAX_SPLIT_DEPTH else None
+        if halves is None:
+            log.warning("chunk %d/%d of %s refused for the window, split %d times: %s", chunk.index + 1, job.total,
+                        job.file, depth, _one_line(refusal))
+            return ChunkResult(chunk.index, "error", heading=heading, error=(
+                f"{_one_line(refusal)} (split in {2 ** depth} parts, still too large)" if depth else _one_line(refusal)))
+        log.info("chunk %d/%d of %s refused for the window: read as two halves (depth %d)", chunk.index + 1,
+                 job.total, job.file, depth + 1)
+        parts = []
+        for half in halves:
+            outcome = self._read_chunk(job, half, doc, part, depth + 1)
+            if not isinstance(outcome, ChunkResult) or outcome.status != "ok":
+                return outcome if outcome is None or isinstance(outcome, Interrupted) else dataclasses.replace(
+                    outcome, index=chunk.index, heading=heading)
+            parts.append(outcome)
+        return joined(chunk.index, parts, heading, where)
+
+    def _map_call(self, job: Job, chunk: chunking.Chunk, budget, pages, part: Part) -> str:
         """One map call: structured (MAP_SCHEMA as ``format``) unless the server refused it once
         or the instruction's answer grows with the text (translate, rewrite, list every…: free
         text, as a few short points would cut it); a refusal is remembered for the job and the
@@ -150,13 +200,13 @@ class Execution:
             num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
-                                  format=mapreduce.MAP_SCHEMA)
+                                  format=mapreduce.MAP_SCHEMA, holder=part)
             except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
                 self.machine.update(job, expect="running", format_refused=True)
         messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
-        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True)
+        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True, holder=part)
 
     def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """Ollama is away: pause the job with what it has; Retry continues it."""
@@ -167,15 +217,16 @@ class Execution:
         self.runner._emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
-              chunk: bool = False, format: dict | None = None) -> str:
+              chunk: bool = False, format: dict | None = None, holder: Part | None = None) -> str:
         """One model call through the shared helper (``work.calls``): refused before sending if it
-        would not fit the window with its reply, cancelled by the job's activity on a stop.
+        would not fit the window with its reply, cancelled by the job's activity on a stop
+        (``holder``: the map call's part of it, which a re-plan may also cancel).
 
         What it cost (the server's own prompt and reply token counts, its time) is added
         to the job; a map call (``chunk``) also measures the file's own bytes per token,
         which a re-plan sizes the rest with.
         """
-        activity = self.runner._activity_of(job)
+        activity = holder or self.runner._activity_of(job)
         if activity is None:
             raise Cancelled("The analysis no longer holds its session.")
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
@@ -183,14 +234,20 @@ class Execution:
                           kind=kind, format=format)
         text, usage = self.svc.calls.text(activity, request)
         if usage is not None:
-            job.model_calls += 1
-            job.prompt_tokens += usage.prompt_tokens or 0
-            job.generated_tokens += usage.generated_tokens or 0
-            job.model_seconds += usage.seconds or 0.0
-            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
-            if measured:
-                job.measured_bpt = min(job.measured_bpt or measured, measured)
+            with self._costs:       # (map calls end in several threads at once)
+                self._add_cost(job, messages, usage, chunk)
         return text
+
+    @staticmethod
+    def _add_cost(job: Job, messages: list[dict], usage, chunk: bool) -> None:
+        """What a call cost, added to the job; a map call also measures the file's bytes per token."""
+        job.model_calls += 1
+        job.prompt_tokens += usage.prompt_tokens or 0
+        job.generated_tokens += usage.generated_tokens or 0
+        job.model_seconds += usage.seconds or 0.0
+        measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
+        if measured:
+            job.measured_bpt = min(job.measured_bpt or measured, measured)
 
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it

@@ -11,12 +11,13 @@ Every state change goes through ``transition`` (``job.StateMachine``) under the
 runner's lock; the worker and the views race only through it.  Failures are
 sorted by what trying again can do:
 
-* a transport failure (Ollama unreachable, the connection dropped, a timeout:
-  ``exc.transient``) is retried once after a pause, then the job pauses as
+* a transport failure (Ollama unreachable, the connection dropped, a timeout, a busy
+  server: ``execute.retryable``) is retried after growing pauses, then the job pauses as
   "interrupted" with Retry; Resume retries every chunk without an answer and
   never redoes a finished one;
-* a refusal that will repeat (the context exceeded, the model not installed) is
-  recorded for that chunk at once, never retried;
+* a refusal that will repeat (the model not installed) is recorded for that chunk at
+  once, never retried; a chunk refused for the window is read as two halves (split
+  again, a few times at most), never sent again as it was;
 * any other error is retried once, then recorded for that chunk.
 
 A re-plan (the file denser than planned) never cuts the run: when the whole
@@ -526,8 +527,10 @@ class JobRunner:
 
     # -- progress events (data-less or small: the SSE view renders them) ---------------------
 
-    def _progress(self, job: Job, current: int | None = None, stage: str = "") -> None:
-        data = {k: v for k, v in (("current", current), ("stage", stage)) if v not in (None, "")}
+    def _progress(self, job: Job, running: list[int] | None = None, stage: str = "") -> None:
+        """A progress event: ``running``, the 0-based chunks whose map calls are in flight (the card
+        says "reading chunks 4, 5 of 20"), or a stage of the synthesis."""
+        data = {k: v for k, v in (("running", running), ("stage", stage)) if v not in (None, "", [])}
         self.log_for(job).append("progress", json.dumps(data) if data else "")
 
     def _emit_state(self, job: Job) -> None:

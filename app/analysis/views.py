@@ -1,6 +1,6 @@
 """The chunked-analysis pages: the card's buttons and its progress stream (SSE).
 
-The worker appends small events (``progress`` with the chunk in hand or a stage,
+The worker appends small events (``progress`` with the chunks in flight or a stage,
 ``partial`` with a chunk index, ``state``); this module renders the fragments
 from the job when it streams them, with the events' own ids, so a reconnect
 with Last-Event-ID replays exactly what was missed.
@@ -130,7 +130,7 @@ def _render(job: Job, event: Event) -> str:
         return render_template("analysis/_partial.html", job=job, result=result) if result else ""
     if event.name == "progress":
         data = json.loads(event.data) if event.data else {}
-        return render_template("analysis/_progress.html", job=job, current=data.get("current"),
+        return render_template("analysis/_progress.html", job=job, running=data.get("running") or [],
                                stage=data.get("stage", ""), now=time.time())
     return event.data
 

@@ -84,7 +84,8 @@ use, so ``from app import chunking; chunking.X`` keeps working.
 
 from __future__ import annotations
 
-from .chunks import chunk_document, chunk_file, chunk_text, chunks_from, plan_document, plan_file, plan_text
+from .chunks import (chunk_document, chunk_file, chunk_text, chunks_from, plan_document, plan_file, plan_text,
+                     split_chunk)
 from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUNKER_VERSION, HEADING_SHARE,
                        HTML_EXTENSIONS, KINDS, MARKDOWN_EXTENSIONS, MIN_BUDGET_BYTES, OVERLAP_MODES, OVERLAP_SHARE,
                        PROSE_EXTENSIONS, PURPOSES, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
@@ -100,7 +101,8 @@ __all__ = [
     "ChunkingError", "DocumentNotFoundError", "BinaryDocumentError",
     "ChunkSettings", "Document", "Chunk", "ChunkPlan", "Measure",
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
-    "make_document", "read_document", "measure", "with_settings", "chunk_document", "chunks_from", "chunk_text",
+    "make_document", "read_document", "measure", "with_settings", "chunk_document", "chunks_from", "split_chunk",
+    "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
     "PURPOSES", "ANALYSIS_FILL", "LABEL_MAX_BYTES", "chunk_label",
     # the packer's shares and the file kinds' extensions (tests and benches read them)

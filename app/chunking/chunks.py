@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 
 from .document import Chunk, ChunkPlan, ChunkSettings, Document, make_document, read_document
 from .packer import _Packer, _Span
@@ -114,3 +115,50 @@ def plan_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
               kind: str | None = None) -> ChunkPlan:
     """plan_document for a file (raises ChunkingError like chunk_file)."""
     return plan_document(read_document(path, settings, kind))
+
+
+# The boundaries a refused chunk is split at, best first: a paragraph end, a sentence end, a line
+# end, then between words (never inside one). A cut is taken from the first level that has one in
+# the middle half of the chunk's own text; else the cut nearest the middle of any level.
+_HALF_LEVELS = (re.compile(r"\n[ \t]*\n\s*"), re.compile(r"[.!?\u2026\u3002][\"'\u201d\u2019)\]]*\s+"),
+                re.compile(r"\n"), re.compile(r"\s+"))
+
+
+def _middle_cut(t: str, a: int, e: int) -> int | None:
+    """The offset in (a, e) to split ``t[a:e]`` at: a boundary's end near the middle, or None."""
+    middle, quarter = (a + e) // 2, (e - a) // 4
+    best = None
+    for level in _HALF_LEVELS:
+        ends = [m.end() for m in level.finditer(t, a, e) if a < m.end() < e and _NONSPACE.search(t, m.end(), e)]
+        if not ends:
+            continue
+        near = min(ends, key=lambda p: abs(p - middle))
+        if abs(near - middle) <= quarter:
+            return near
+        if best is None or abs(near - middle) < abs(best - middle):
+            best = near
+    return best
+
+
+def split_chunk(text: str, chunk: Chunk, bytes_per_token: float) -> tuple[Chunk, Chunk] | None:
+    """Two halves of ``chunk`` (offsets into ``text``, the document's text), cut at the structure
+    boundary nearest its middle; None when its own text has no boundary at all (one long word).
+
+    A map call the server refused for its window (a calibration that under-counted, a server's
+    own limit) is sent again as two smaller calls, never as it was; the halves keep the chunk's
+    index, so its result stays the chunk's. The first half keeps the chunk's overlap and prefix;
+    the second starts at the cut.
+    """
+    cut = _middle_cut(text, chunk.body_start, chunk.end)
+    if cut is None:
+        return None
+    prefix = chunk.text[:len(chunk.text) - (chunk.end - chunk.start)]
+    first_text, second_text = prefix + text[chunk.start:cut], text[cut:chunk.end]
+    cut_line = text.count("\n", 0, cut) + 1
+    last_line = text.count("\n", 0, _content_end_of(text, chunk.body_start, cut)) + 1
+    first = dataclasses.replace(chunk, end=cut, text=first_text, id=f"{chunk.id}a",
+                                tokens=math.ceil(len(first_text.encode()) / bytes_per_token),
+                                last_line=max(chunk.first_line, last_line))
+    second = dataclasses.replace(chunk, start=cut, body_start=cut, text=second_text, id=f"{chunk.id}b",
+                                 tokens=math.ceil(len(second_text.encode()) / bytes_per_token), first_line=cut_line)
+    return first, second

@@ -14,7 +14,8 @@ is also the prefix of its events' ids: a page that reconnects after a restart
 never takes a new reply's events for the old one's.
 
 An activity can be stopped at any moment, before its model call has sent a byte
-included: the call in flight is attached to it (``attach``) and a stop cancels it.
+included: every call in flight is attached to it (``attach``; an analysis keeps several
+map calls running at once) and a stop cancels them all.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Activity:
         self.waiting = False
         self._stop = threading.Event()
         self._ended = threading.Event()
-        self._call: Cancellable | None = None
+        self._calls: set[Cancellable] = set()   # every call in flight (one, or an analysis's map calls)
         self._lock = threading.Lock()
 
     # -- stopping ------------------------------------------------------------------------
@@ -83,13 +84,18 @@ class Activity:
         return self._stop.is_set()
 
     def stop(self) -> None:
-        """End the work now: the call in flight is cancelled, whatever stage it is at."""
+        """End the work now: every call in flight is cancelled, whatever stage it is at."""
         with self._lock:
             self._stop.set()
-            call = self._call
-        if call is not None:
+            calls = list(self._calls)
+        for call in calls:
             call.cancel()
         self.events.wake()
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s (a pause before a retry); True as soon as a stop comes, so a Stop
+        during the pause ends it at once, without a sleep loop."""
+        return self._stop.wait(timeout)
 
     def interrupt(self, reason: str) -> None:
         """Stop because the server is going away (recorded with an "interrupted" note)."""
@@ -97,17 +103,24 @@ class Activity:
         self.stop()
 
     def attach(self, call: Cancellable) -> None:
-        """The model call now in flight: a stop cancels it (at once, if the stop came first)."""
+        """A model call now in flight (one of several, maybe): a stop cancels it (at once, if the stop
+        came first)."""
         with self._lock:
-            self._call = call
+            self._calls.add(call)
             stopped = self._stop.is_set()
         if stopped:
             call.cancel()
 
     def detach(self, call: Cancellable) -> None:
+        """The call ended: a later stop has nothing of it to cancel (and the set stays small)."""
         with self._lock:
-            if self._call is call:
-                self._call = None
+            self._calls.discard(call)
+
+    @property
+    def in_flight(self) -> int:
+        """How many calls are attached now (a test's and a log line's figure)."""
+        with self._lock:
+            return len(self._calls)
 
     # -- ending -------------------------------------------------------------------------
 
@@ -118,6 +131,55 @@ class Activity:
 
     def wait_ended(self, timeout: float | None = None) -> bool:
         return self._ended.wait(timeout)
+
+
+class Part:
+    """One of several pieces of an activity's work in flight at once (a map call with its retries
+    and their pauses): a stop of the activity cancels it, and it can be cancelled on its own (a
+    re-plan made the chunk it reads stale).  It stands in for the activity where a call is made
+    (``attach``/``detach``), so the call it makes is cancelled either way.  Use it as a context
+    manager: it is attached to the activity for as long as it runs."""
+
+    def __init__(self, activity: Activity):
+        self.activity = activity
+        self._cancelled = threading.Event()
+        self._calls: set[Cancellable] = set()
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "Part":
+        self.activity.attach(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.activity.detach(self)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """End this part now: its call in flight is cancelled, a pause it waits in ends."""
+        with self._lock:
+            self._cancelled.set()
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+
+    def attach(self, call: Cancellable) -> None:
+        """The part's call now in flight (cancelled at once if the part was cancelled first)."""
+        with self._lock:
+            self._calls.add(call)
+            cancelled = self._cancelled.is_set()
+        if cancelled:
+            call.cancel()
+
+    def detach(self, call: Cancellable) -> None:
+        with self._lock:
+            self._calls.discard(call)
+
+    def wait_stopped(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s; True as soon as the part (or its activity) is stopped."""
+        return self._cancelled.wait(timeout)
 
 
 class Activities:

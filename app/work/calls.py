@@ -45,7 +45,8 @@ class ModelCalls:
         self.calibration = calibration
 
     def open(self, activity: Activity, request: Request, fit_reply: bool = False) -> ChatStream:
-        """A stream for ``request``, attached to ``activity`` (nothing is sent until it is read).
+        """A stream for ``request``, attached to ``activity`` (nothing is sent until it is read);
+        a map call passes its ``activity.Part`` instead, which a Stop of the activity cancels too.
 
         ``fit_reply``: the reply's cap is lowered to what the window leaves (a chat reply
         may use whatever the budget left); otherwise a request that does not fit with its

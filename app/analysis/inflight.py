@@ -1,0 +1,150 @@
+"""The map calls of one run in flight: up to ``ollama.parallel`` at once, results in chunk order.
+
+A server that answers several calls at once (``OLLAMA_NUM_PARALLEL``, ``llama-server -np N``,
+two boxes behind a balancer) reads a file that many times faster; the Pi answers one
+(``parallel: 1``, the default), and then this is the old one-chunk-after-another loop.
+
+``MapQueue.run`` hands chunks to a small thread pool (``parallel`` threads, made for the run
+and gone with it) and waits for any call to end (``concurrent.futures.wait``: no polling).
+A chunk's result is committed (``results.jsonl``, the ``partial`` event, the progress count)
+only once every chunk before it has been: chunk 2 finishing before chunk 1 waits for it, so
+the results file, the card and a re-plan see the same order as a one-at-a-time run, and a
+resumed job re-runs exactly the chunks without a result.  A re-plan after a committed chunk
+re-sizes only the chunks not started yet (it cuts after the last chunk in flight), so no call
+in flight is ever wasted and a resume replays the same layout.
+
+A Stop (cancel, discard, shutdown) stops the job's activity, which cancels every part at
+once; a chunk that needs the job interrupted (the server stayed away through every retry)
+cancels the others.  Either way the results that arrived are kept (in chunk order, gaps
+allowed) before the job moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from .. import chunking
+from ..work.activity import Activity, Part
+from . import plan
+from .job import ChunkResult, Job
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Interrupted:
+    """A chunk's outcome when the server stayed away through every retry: the job pauses."""
+
+    error: BaseException
+
+
+class MapQueue:
+    """One run's map calls: which chunks wait, which are in flight, which results wait for earlier ones."""
+
+    def __init__(self, execution, job: Job, doc: chunking.Document, activity: Activity, parallel: int):
+        self.ex, self.runner, self.job, self.doc = execution, execution.runner, job, doc
+        self.activity, self.parallel = activity, max(1, parallel)
+        self.chunks = plan.job_chunks(execution.svc, job, doc)
+        self.todo = [c for c in self.chunks if not self._answered(c.index)]
+        self.running: dict[Future, tuple[chunking.Chunk, Part]] = {}
+        self.landed: dict[int, ChunkResult | Interrupted | None] = {}   # ended, not yet committed
+        self.interrupted: BaseException | None = None
+
+    def _answered(self, index: int) -> bool:
+        done = self.job.results.get(index)
+        return done is not None and done.status == "ok"
+
+    def run(self) -> bool:
+        """Map every chunk without an answer; False when the job was interrupted (the server away)."""
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix=f"map-{self.job.id}") as pool:
+            while True:
+                self._fill(pool)
+                if not self.running:
+                    break
+                ended, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                for future in ended:
+                    self._landed(future)
+                self._commit()
+        self._commit(everything=True)
+        if self.interrupted is not None and not self.runner._stopped(self.job):
+            self.ex._interrupt(self.job, self.interrupted)
+            return False
+        return True
+
+    def _stopping(self) -> bool:
+        return self.interrupted is not None or self.runner._stopped(self.job)
+
+    def _fill(self, pool: ThreadPoolExecutor) -> None:
+        """Start calls for the next chunks while fewer than ``parallel`` are in flight; say which run."""
+        started = False
+        while self.todo and len(self.running) < self.parallel and not self._stopping():
+            chunk = self.todo.pop(0)
+            part = Part(self.activity)
+            self.running[pool.submit(self._read, chunk, part)] = (chunk, part)
+            started = True
+        if started:
+            self.runner._progress(self.job, running=self.in_flight())
+
+    def _read(self, chunk: chunking.Chunk, part: Part):
+        """A pool thread: one chunk's map call (retries, a re-split) while the part is attached."""
+        with part:
+            return self.ex._read_chunk(self.job, chunk, self.doc, part)
+
+    def in_flight(self) -> list[int]:
+        """The 0-based chunks whose calls are running now."""
+        return sorted(c.index for c, _ in self.running.values())
+
+    def _landed(self, future: Future) -> None:
+        """A call ended: keep its outcome until the chunks before it are committed."""
+        chunk, _ = self.running.pop(future)
+        try:
+            outcome = future.result()
+        except Exception as exc:        # a bug in one chunk's call must not lose the others'
+            log.exception("analysis %s: chunk %d crashed", self.job.id, chunk.index + 1)
+            outcome = ChunkResult(chunk.index, "error", error=f"The call crashed: {exc}")
+        if isinstance(outcome, Interrupted):
+            self.interrupted = self.interrupted or outcome.error
+            self._cancel_all()
+        self.landed[chunk.index] = outcome
+
+    def _commit(self, everything: bool = False) -> None:
+        """Record the results whose earlier chunks are all recorded (``everything``: the run is
+        over, record what arrived, gaps allowed); after each, maybe re-plan the rest."""
+        waiting = [c.index for c in self.todo] + self.in_flight()
+        floor = min(waiting, default=None)
+        for index in sorted(self.landed):
+            if not everything and floor is not None and index > floor:
+                break
+            outcome = self.landed.pop(index)
+            if not isinstance(outcome, ChunkResult):
+                continue                  # stopped, or interrupted: no result for this chunk
+            if self.runner._stopped(self.job) and outcome.status != "ok":
+                continue
+            self.ex.machine.add_result(self.job, outcome)
+            self.runner.log_for(self.job).append("partial", str(index))
+            self.runner._progress(self.job, running=self.in_flight())
+            if not everything and not self._stopping():
+                self._replan()
+
+    def _replan(self) -> None:
+        """After a committed chunk: re-size the chunks not started yet if the file measures denser
+        or lighter than planned (the ones started, in flight or ended, keep their layout)."""
+        job, svc = self.job, self.ex.svc
+        started = self.todo[0].index if self.todo else len(self.chunks)
+        changes = plan.replan(svc, job, self.doc, self.chunks[:started])
+        if changes is None:
+            return
+        log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are re-sized "
+                 "(%d chunks in all, were %d)", job.id, job.file, job.measured_bpt, job.bytes_per_token,
+                 changes["chunks"], job.chunks)
+        self.ex.machine.update(job, expect="running", **changes)
+        self.chunks = plan.job_chunks(svc, job, self.doc)
+        self.todo = [c for c in self.chunks[started:] if not self._answered(c.index)]
+        self.runner._progress(job)
+
+    def _cancel_all(self) -> None:
+        """The job is about to pause: every other call in flight ends now."""
+        for _, part in self.running.values():
+            part.cancel()
