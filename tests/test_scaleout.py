@@ -15,18 +15,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from app.budget import KIND_FACTORS
 from app.sessions import fountain
 from balancer import balancer  # noqa: F401 (the fixture)
 from conftest import make_config
-from scripted_ollama import Reply, ScriptedOllama
+from scripted_ollama import ScriptedOllama
 from scripted_openai import Reply as OpenAIReply
 from scripted_openai import ScriptedOpenAI
 from test_analysis import big_markdown, map_or_reduce
 from waiting import wait_until
 
 CHUNK = re.compile(r"\nChunk (\d+) of \d+(?: \([^\n]*\))?:\n")
-CHUNKS = 20                 # big_markdown() planned at 1,500-token chunks (the first call's measure may
-#                             re-plan the rest to fewer: the tests count the job's final number)
+CHUNKS = 20                 # big_markdown() at 1,500-token chunks, sized as Markdown
+MARKDOWN = 1 / KIND_FACTORS["markdown"]   # a scripted Ollama counting Markdown as the app estimates it
+#                                           (no re-plan after the first call: 20 chunks to the end)
 PIECE_DELAY = 0.02          # seconds per streamed piece: a map call takes ~0.15 s
 PARALLEL = 2
 
@@ -52,22 +54,14 @@ def answered(server) -> list[int]:
     return [chunk_of(rec) for rec in maps(server) if rec.finished.is_set() and not rec.disconnected]
 
 
-def parallel_config(config, calls: int):
-    """``config`` with ``ollama.parallel = calls`` once the app has that setting (branch
-    ``parallel``), else unchanged; returns the config and the calls in flight it allows."""
-    if "parallel" not in {f.name for f in dataclasses.fields(config.ollama)}:
-        return config, 1
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=calls)), calls
-
-
 def analysis_config(tmp_path, url: str, **ollama):
-    """The app pointed at ``url``, with big.md in its workspace cut into 20 chunks."""
+    """The app pointed at ``url`` with ``ollama.parallel: 2``, and big.md in its workspace."""
     config = make_config(tmp_path, url)
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, **ollama),
+    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=PARALLEL, **ollama),
                                  chunking=dataclasses.replace(config.chunking, chunk_size_tokens=1500))
     Path(config.workspace).mkdir(parents=True)
     (Path(config.workspace) / "big.md").write_text(big_markdown())
-    return parallel_config(config, PARALLEL)
+    return config
 
 
 def run_analysis(live, instruction="Summarize the methodology of each section."):
@@ -75,7 +69,7 @@ def run_analysis(live, instruction="Summarize the methodology of each section.")
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     job = live.services.jobs.open_for(name)
-    assert job is not None and job.chunks == CHUNKS, job and job.chunks
+    assert job is not None
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": instruction})
     return name, job
 
@@ -107,7 +101,7 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
     """The issue's case: both servers get map calls; A dies in the middle of a call; that chunk
     is asked again once, through nginx, of B; every other chunk is asked exactly once; the answer
     lands. A's third map call is a long reply, so A is surely mid-call when it is killed."""
-    doomed, spare, seen = ScriptedOllama(), ScriptedOllama(), []
+    doomed, spare, seen = ScriptedOllama(token_ratio=MARKDOWN), ScriptedOllama(token_ratio=MARKDOWN), []
 
     def doomed_script(body):
         reply = paced(body)
@@ -119,8 +113,7 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
     spare.script = counting(paced, (doomed, spare), seen)
     with doomed, spare:
         nginx = balancer([doomed.url, spare.url])
-        config, calls = analysis_config(tmp_path, nginx.url)
-        live = make_live(config)
+        live = make_live(analysis_config(tmp_path, nginx.url))
         name, job = run_analysis(live)
         stuck = wait_until(lambda: len(maps(doomed)) >= 3 and maps(doomed)[2], 60, "A's third map call")
         wait_until(lambda: time.monotonic() - stuck.at > 0.3, 5, "A's first pieces to go out")
@@ -129,6 +122,7 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
         answer = finish(live, name, job)
 
     lost = chunk_of(stuck)
+    assert job.chunks == CHUNKS
     on_doomed, on_spare = answered(doomed), answered(spare)
     assert len(on_doomed) >= 2 and len(on_spare) >= 2                       # both servers did map calls
     assert lost not in on_doomed and on_spare.count(lost) == 1              # the broken call finished on B
@@ -137,9 +131,8 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
     assert asked == Counter({**{i: 1 for i in range(1, job.chunks + 1)}, lost: 2})  # only the broken one again
     assert all(r.status == "ok" for r in job.results.values()) and len(job.results) == job.chunks
     assert answer.startswith("SYNTHESIZED")
-    assert max(seen) <= calls                                               # never more than allowed in flight
-    if calls > 1:
-        assert max(seen) == calls                                           # and the two did work at once
+    assert max(seen) >= PARALLEL        # the two worked at once (an upper bound is test_parallel_map's: here a
+    #                                     call that just ended may not be marked finished yet)
 
 
 def openai_paced(body):
@@ -150,11 +143,11 @@ def openai_paced(body):
 def test_two_openai_compatible_servers_behind_nginx_share_an_analysis(tmp_path, balancer, make_live):
     """api: openai through the same nginx: the window comes from /props through the balancer,
     both llama-servers get map calls, each chunk is asked once, every call fits the window."""
-    first, second = ScriptedOpenAI(script=openai_paced), ScriptedOpenAI(script=openai_paced)
+    first, second, seen = ScriptedOpenAI(), ScriptedOpenAI(), []
+    first.script = second.script = counting(openai_paced, (first, second), seen)
     with first, second:
         nginx = balancer([first.url, second.url])
-        config, _ = analysis_config(tmp_path, nginx.url, api="openai")
-        live = make_live(config)
+        live = make_live(analysis_config(tmp_path, nginx.url, api="openai"))
         name, job = run_analysis(live)
         answer = finish(live, name, job)
         calls = first.chats() + second.chats()
@@ -164,4 +157,4 @@ def test_two_openai_compatible_servers_behind_nginx_share_an_analysis(tmp_path, 
     assert "/props" in first.paths() + second.paths()
     for rec in calls:
         assert rec.refused is None and first.prompt_tokens(rec.body) + rec.body["max_tokens"] <= 4096
-    assert answer.startswith("SYNTHESIZED")
+    assert answer.startswith("SYNTHESIZED") and max(seen) >= PARALLEL
