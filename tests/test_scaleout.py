@@ -158,3 +158,19 @@ def test_two_openai_compatible_servers_behind_nginx_share_an_analysis(tmp_path, 
     for rec in calls:
         assert rec.refused is None and first.prompt_tokens(rec.body) + rec.body["max_tokens"] <= 4096
     assert answer.startswith("SYNTHESIZED") and max(seen) >= PARALLEL
+
+
+def directives(text: str) -> list[str]:
+    """nginx configuration without comments, blank lines or indentation: what nginx reads."""
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line]
+
+
+def test_the_readme_shows_the_nginx_configuration_the_test_runs():
+    """README's nginx block is deploy/nginx-model-servers.conf, directive for directive: the
+    set-up a reader copies is the one the killed-server test above runs."""
+    from balancer import BALANCER_SITE
+
+    readme = (BALANCER_SITE.parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```nginx\n(.*?)```", readme, re.S)
+    assert len(blocks) == 1 and directives(blocks[0]) == directives(BALANCER_SITE.read_text())
