@@ -186,7 +186,7 @@ def main() -> None:
                f"--prefill-tps {args.prefill_tps:g}" + (" --write" if args.write else ""))
     text = "\n".join([
         "## Scale-out: one model server vs two behind nginx (issue 24)", "",
-        header("A 20-chunk analysis", command), "",
+        header("A 20-chunk analysis", command),
         f"Document: {len(document.encode()):,} bytes of Markdown, {CHUNKS} chunks of up to 1,500 tokens; "
         f"{CHUNKS} map calls ({MAP_TOKENS} tokens each) and 1 synthesis ({SYNTHESIS_TOKENS} tokens) per run. "
         f"Each server is the scripted Ollama-API server serving one call at a time, reading prompts at "
