@@ -178,7 +178,7 @@ def test_a_failed_chunk_is_named_by_its_lines(tmp_path, scripted, make_live):
     def script(body):
         found = MAP.search(body["messages"][-1]["content"])
         if found and found.group(1) == "3":
-            return Reply(fault="context")                 # refused: recorded at once, not retried
+            return Reply(fault="context")                 # refused, and its halves too: recorded as failed
         return map_or_reduce(body)
 
     scripted.script = script
@@ -191,10 +191,11 @@ def test_a_failed_chunk_is_named_by_its_lines(tmp_path, scripted, make_live):
     turn = fountain.turns(fountain.loads(session_text(live, name)))[0]
     spans = [notes.read_unread(n) for n in turn.analysis.unread]
     assert len(spans) == 1 and "chunk 3 had no answer" in turn.reply
-    third = [rec for rec in scripted.chats() if (m := MAP.search(rec.body["messages"][-1]["content"]))
-             and m.group(1) == "3"][0]
+    thirds = [rec for rec in scripted.chats() if (m := MAP.search(rec.body["messages"][-1]["content"]))
+              and m.group(1) == "3"]                   # the whole chunk, then the halves it was split into
+    third = thirds[0]
     only_third = set(PARAGRAPH_MARK.findall(third.body["messages"][-1]["content"])) - covered(
-        [rec for rec in maps_of(scripted) if rec is not third])
+        [rec for rec in maps_of(scripted) if all(rec is not t for t in thirds)])
     lines = big_markdown().split("\n")
     named = {m for line in lines[spans[0]["lines"][0] - 1:spans[0]["lines"][1]] for m in PARAGRAPH_MARK.findall(line)}
     assert named == only_third and named                      # the overlaps its neighbours read are not named

@@ -59,14 +59,18 @@ class MapQueue:
     def run(self) -> bool:
         """Map every chunk without an answer; False when the job was interrupted (the server away)."""
         with ThreadPoolExecutor(self.parallel, thread_name_prefix=f"map-{self.job.id}") as pool:
-            while True:
-                self._fill(pool)
-                if not self.running:
-                    break
-                ended, _ = wait(self.running, return_when=FIRST_COMPLETED)
-                for future in ended:
-                    self._landed(future)
-                self._commit()
+            try:
+                while True:
+                    self._fill(pool)
+                    if not self.running:
+                        break
+                    ended, _ = wait(self.running, return_when=FIRST_COMPLETED)
+                    for future in ended:
+                        self._landed(future)
+                    self._commit()
+            except BaseException:
+                self._cancel_all()      # (the job moved on under us): the pool's exit waits for no call
+                raise
         self._commit(everything=True)
         if self.interrupted is not None and not self.runner._stopped(self.job):
             self.ex._interrupt(self.job, self.interrupted)
