@@ -10,6 +10,7 @@ where the work happened, not taken from the app's word.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import time
 from collections import Counter
@@ -102,10 +103,12 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
     is asked again once, through nginx, of B; every other chunk is asked exactly once; the answer
     lands. A's third map call is a long reply, so A is surely mid-call when it is killed."""
     doomed, spare, seen = ScriptedOllama(token_ratio=MARKDOWN), ScriptedOllama(token_ratio=MARKDOWN), []
+    doomed_maps, slow = itertools.count(1), []
 
     def doomed_script(body):
         reply = paced(body)
-        if chunk_in(body) is not None and len(maps(doomed)) == 3:
+        if chunk_in(body) is not None and next(doomed_maps) == 3:
+            slow.append(body)
             reply.text = "Still reading this chunk... " * 200         # ~20 s of pieces: killed long before
         return reply
 
@@ -115,7 +118,8 @@ def test_two_servers_share_the_map_calls_and_one_killed_mid_run_loses_no_chunk(t
         nginx = balancer([doomed.url, spare.url])
         live = make_live(analysis_config(tmp_path, nginx.url))
         name, job = run_analysis(live)
-        stuck = wait_until(lambda: len(maps(doomed)) >= 3 and maps(doomed)[2], 60, "A's third map call")
+        stuck = wait_until(lambda: next((r for r in maps(doomed) if slow and r.body is slow[0]), None), 60,
+                           "A's third map call")
         wait_until(lambda: time.monotonic() - stuck.at > 0.3, 5, "A's first pieces to go out")
         doomed.kill()                                                  # the machine goes away mid-call
         assert stuck.finished.wait(10) and stuck.disconnected
