@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import threading
 import time
 from collections import OrderedDict
 
@@ -89,7 +88,6 @@ class JobRunner:
         # its session while its card waits for the instruction and while it runs.
         self._activities: dict[str, Activity] = {}
         self.lane = svc.worker.lane("analysis", self._serve)
-        self._wake = threading.Event()
         self._stopping = False
         for job in self.store.load_all():
             self.jobs[job.id] = job
@@ -308,7 +306,6 @@ class JobRunner:
                 activity = self._activity_of(job)
             else:
                 return
-        self._wake.set()
         if activity is not None:
             activity.stop()                # the call in flight ends now, whatever stage it is at
         if unqueued:
@@ -364,7 +361,6 @@ class JobRunner:
         with self._lock:
             activity = self._activity_of(job)
             self.transition(job, "discarded", expect=expect)
-        self._wake.set()
         if activity is not None:
             activity.stop()
         self._settle(job)
@@ -542,6 +538,5 @@ class JobRunner:
         with self._lock:
             self._stopping = True
             running = list(self._activities.values())
-        self._wake.set()
         for activity in running:
             activity.stop()
