@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 MESSAGE_OVERHEAD_TOKENS = 4
 MIN_BPT, MAX_BPT = 1.0, 8.0
 SAMPLES_KEPT = 15
+# An exact count of less text than this says too little about a kind (a heading, a title page).
+EXACT_SAMPLE_MIN_BYTES = 1000
 # A server prompt count this far below the estimate means the server cut the prompt.
 TRUNCATION_RATIO = 0.6
 
@@ -253,6 +255,20 @@ class Calibration:
                 self._reply_share[model] = share if old is None else 0.7 * old + 0.3 * share
         self._save()
         return warning
+
+    def observe_count(self, model: str, kind: str, text: str, tokens: int) -> bool:
+        """Learn from a server's exact count of ``text`` (llama-server's ``/tokenize``): the text
+        alone, no chat template, so it is the kind's figure itself, known before any call on it.
+        False (nothing kept) when the text is too small to say anything."""
+        size = len(text.encode())
+        if kind not in CALIBRATION_KINDS or size < EXACT_SAMPLE_MIN_BYTES or tokens <= 0:
+            return False
+        with self._lock:
+            samples = self._list(model, kind, create=True)
+            samples.append(min(MAX_BPT, max(MIN_BPT, size / tokens)))
+            del samples[:-SAMPLES_KEPT]
+        self._save()
+        return True
 
     def _learn_size(self, model: str, messages: list[dict], prompt_tokens: int | None,
                     kind: str | None = None) -> str | None:

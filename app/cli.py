@@ -27,7 +27,8 @@ def default_config_path() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harvey", description="Harvey Web: chat with a local Ollama model.")
+    parser = argparse.ArgumentParser(prog="harvey", description="Harvey Web: chat with a local model (Ollama, or an "
+                                     "OpenAI-compatible server).")
     parser.add_argument("--config", default=None, help="path to harvey.yaml")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int)
     serve.add_argument("--demo", action="store_true",
                        help="when no Ollama answers, start the bundled small model and use it")
-    check = sub.add_parser("check", help="check the configuration and the Ollama server")
+    check = sub.add_parser("check", help="check the configuration and the model server")
     check.add_argument("--config", default=argparse.SUPPRESS, help="path to harvey.yaml")
     setpw = sub.add_parser("set-password", help="set the password asked on the LAN")
     setpw.add_argument("--config", default=argparse.SUPPRESS, help="path to harvey.yaml")
@@ -70,13 +71,13 @@ def cmd_serve(config: Config, args) -> int:
             if demo is None:
                 return 1
         else:
-            log.warning("Ollama is not answering at %s; the app will say so and recover when it comes up.",
-                        config.ollama.url)
+            log.warning("%s is not answering at %s; the app will say so and recover when it comes up.",
+                        probe.name, config.ollama.url)
     app = create_app(config)
     server = make_server(app, server_cfg)
     log.info("Harvey Web %s listening on %s", _version(), _urls(server_cfg.host, server.effective_port))
-    log.info("Sessions in %s; workspace %s; Ollama at %s, model %s", config.sessions_path,
-             config.workspace_path, config.ollama.url, config.ollama.model)
+    log.info("Sessions in %s; workspace %s; %s at %s, model %s", config.sessions_path,
+             config.workspace_path, app.extensions["harvey"].models.name, config.ollama.url, config.ollama.model)
     try:
         return serve_until_signalled(server, app.extensions["harvey"])
     finally:
@@ -216,7 +217,7 @@ def _version() -> str:
 
 
 def cmd_check(config: Config, args) -> int:
-    """Print what is configured, what Ollama has, and what is wrong."""
+    """Print what is configured, what the model server has, and what is wrong."""
     from .auth import proxy_problems
     from .budget import context_window
     from .modelserver import ModelError, connect
@@ -240,8 +241,9 @@ def cmd_check(config: Config, args) -> int:
         except ModelError as exc:
             problems.append(f"{name}: {exc}")
     if config.ollama.model not in models:
-        problems.append(f"the configured model '{config.ollama.model}' is not installed: "
-                        f"ollama pull {config.ollama.model}")
+        hint = (f"ollama pull {config.ollama.model}" if config.ollama.api == "native"
+                else f"{server.name} serves {', '.join(models) or 'none'}")
+        problems.append(f"the configured model '{config.ollama.model}' is not installed: {hint}")
     for path in (config.workspace_path, config.sessions_path):
         if path.exists() and not os.access(path, os.W_OK):
             problems.append(f"{path} is not writable")

@@ -357,3 +357,57 @@ def test_a_server_still_loading_is_asked_again_for_its_window(llama):
         models.window("tiny:1b")
     assert info.value.transient
     assert models.window("tiny:1b") == 4096 and llama.paths().count("/props") == 2
+
+
+def test_the_error_card_names_the_model_server_not_ollama(tmp_path, make_live):
+    """api: openai: the card says what is down in neutral words, never Ollama's commands, when sent
+    and when rebuilt from the session file on a reload."""
+    live = make_live(openai_config(tmp_path, "http://127.0.0.1:9"))
+    name = live.open_session()
+    fragment = live.post(f"/s/{name}/messages", data={"message": "hello?"}).text
+    html = fragment if "is not running" in fragment else follow(live, name)[1]
+    page = live.get(f"/s/{name}").text
+    for shown in (html, page):
+        assert "The model server is not running" in shown and "Start it or check ollama.url" in shown
+        assert "OpenAI-compatible server is not running at http://127.0.0.1:9" in shown
+        assert "Ollama" not in shown and "ollama pull" not in shown
+
+
+def test_llama_servers_exact_count_sizes_a_named_file_once_per_kind(tmp_path, llama, make_live):
+    """A kind of text without a figure yet gets the server's exact count of the file's sample
+    (/tokenize, one call), and the card's plan uses it; named again, nothing is counted again."""
+    from pathlib import Path
+
+    from test_analysis import big_markdown
+
+    config = openai_config(tmp_path, llama.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    counted = [r.body["content"] for r in llama.requests if r.path == "/tokenize"]
+    assert len(counted) == 1 and 1000 <= len(counted[0]) <= 32000 and big_markdown().startswith(counted[0])
+    exact = len(counted[0].encode()) / llama.tokens(counted[0])               # 4 bytes a token here
+    assert live.services.calibration.bytes_per_token("tiny:1b", "markdown") == pytest.approx(exact)
+    assert job.bytes_per_token == pytest.approx(exact, abs=0.01)              # not Markdown's guess (2.72)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "no"})
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md again"})
+    assert live.services.jobs.open_for(name) is not None
+    assert llama.paths().count("/tokenize") == 1
+
+
+def test_a_server_without_a_tokenizer_leaves_the_estimate_alone(tmp_path, vllm, make_live):
+    from pathlib import Path
+
+    from test_analysis import big_markdown
+
+    config = openai_config(tmp_path, vllm.url, model="org/tiny")
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    assert live.services.jobs.open_for(name) is not None
+    assert vllm.paths().count("/tokenize") == 1 and live.services.calibration.samples("org/tiny", "markdown") == 0

@@ -23,8 +23,8 @@ import httpx
 import pytest
 
 from app import auth
+from balancer import Nginx, free_port
 from conftest import LiveApp, make_config, require
-from waiting import wait_for_exit, wait_until
 
 PASSWORD = "correct horse battery"
 PROXY = "127.0.0.2"
@@ -434,14 +434,6 @@ def test_harvey_serve_itself_asks_the_password_behind_its_trusted_proxy(tmp_path
 NGINX_SITE = ROOT / "deploy" / "nginx-harvey.conf"
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def documented_site(app_port: int, tls_port: int, http_port: int, cert: Path, key: Path) -> str:
     """deploy/nginx-harvey.conf with only its ports and certificate paths changed (each must be found once)."""
     text = NGINX_SITE.read_text()
@@ -458,54 +450,6 @@ def bare_site(app_port: int, http_port: int) -> str:
     """The set-up item 11 is about: a bare proxy_pass, no forwarding header at all."""
     return (f"server {{\n    listen 127.0.0.1:{http_port};\n"
             f"    location / {{\n        proxy_pass http://127.0.0.1:{app_port};\n    }}\n}}\n")
-
-
-class Nginx:
-    """Debian's nginx as the test's own process: its own prefix, config, pid and logs; no daemon."""
-
-    def __init__(self, folder: Path, site: str, port: int):
-        import os
-        import shutil
-
-        binary = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
-        require(binary is not None, "Debian's nginx is not installed (apt-get install nginx; scripts/test.sh does)")
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "site.conf").write_text(site)
-        temp = "\n".join(f"    {kind}_temp_path {folder}/{kind};" for kind in
-                         ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        (folder / "nginx.conf").write_text(
-            ("user root;\n" if os.geteuid() == 0 else "") +
-            f"worker_processes 1;\ndaemon off;\npid {folder}/nginx.pid;\nerror_log {folder}/error.log;\n"
-            f"events {{ worker_connections 64; }}\n"
-            f"http {{\n    access_log off;\n{temp}\n    include {folder}/site.conf;\n}}\n")
-        self.folder = folder
-        self.log = open(folder / "nginx.out", "w")
-        self.proc = subprocess.Popen([binary, "-p", str(folder), "-c", str(folder / "nginx.conf")],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        wait_until(lambda: self._listening(port), 20, f"nginx to listen on {port} ({self.output()})")
-
-    def _listening(self, port: int) -> bool:
-        import socket
-
-        if self.proc.poll() is not None:
-            pytest.fail(f"nginx exited with {self.proc.returncode}: {self.output()}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            return False
-
-    def output(self) -> str:
-        self.log.flush()
-        parts = [p.read_text(errors="replace") for p in (self.folder / "nginx.out", self.folder / "error.log")
-                 if p.exists()]
-        return "\n".join(parts)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            wait_for_exit(self.proc, 10, "nginx to stop")
-        self.log.close()
 
 
 @pytest.fixture

@@ -62,10 +62,11 @@ def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | 
 
 
 def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[str] = (),
-              session: str = "") -> TurnView:
+              session: str = "", api: str = "native") -> TurnView:
     """Read a recorded turn's notes back into what the page shows.
 
-    With the ``session`` name, an analysis answer's citations link to their passages.
+    With the ``session`` name, an analysis answer's citations link to their passages; ``api``
+    (``ollama.api``) is the kind of server an error card names.
     """
     model_name = match_model(turn.model, list(models)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
@@ -75,7 +76,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     read = notes.read(turn.notes)
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     if read.error:
-        view.error = prepare.error_view(*read.error)
+        view.error = prepare.error_view(*read.error, api=api)
         view.partial_kept = bool(turn.reply)
     view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read) else "")
     return view
@@ -113,7 +114,8 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     models, _ = installed(svc)
     turns = session.turns
     stop = len(turns) if stop is None else min(stop, len(turns))
-    views = [turn_view(i, turns[i], default_model, models, session.name) for i in range(max(0, start), stop)]
+    views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.ollama.api)
+             for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
     holder = svc.activities.holder(session.name)
     if holder is not None and holder.kind == "reply" and holder.turn in by_index:

@@ -26,6 +26,7 @@ from ..workspace import Workspace, WorkspaceFile
 log = logging.getLogger(__name__)
 
 FILE_BLOCK_TOKENS = 12   # the <file name="..."> wrapper around an included file
+EXACT_SAMPLE_CHARS = 32_000   # of a file's sample, counted exactly by a server that can (llama-server)
 class TurnRefused(Refused):
     """The message cannot be sent; ``kind`` names the error card (ERROR_TEXTS)."""
 
@@ -289,8 +290,32 @@ def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, float]:
     a large file is neither read nor extracted to be measured (issue 23).
     """
     measured = chunking.measure(wf.path)
-    bpt = svc.calibration.bytes_per_token(model, calibration_kind(measured.kind, measured.sample), conservative=True)
+    kind = calibration_kind(measured.kind, measured.sample)
+    _count_exactly(svc, model, kind, measured.sample)
+    bpt = svc.calibration.bytes_per_token(model, kind, conservative=True)
     return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
+
+
+def _count_exactly(svc, model: str, kind: str, sample: str) -> None:
+    """Give a kind of text that has no figure yet the server's exact count of the file's sample
+    (llama-server's ``/tokenize``), so the first estimate of it (the alert card's chunks and time,
+    the plan's chunk size) is the model's own instead of a guess from other kinds.
+
+    One call per file estimate at most, and only until the kind has a figure: after that the
+    calibration has it, and every call on the file refines it. A server without a tokenizer
+    (Ollama) answers None without a request; a failure costs nothing but the exact figure.
+    """
+    if not sample or svc.calibration.samples(model, kind):
+        return
+    if len(sample) > EXACT_SAMPLE_CHARS:                 # enough to know the figure, quick to count
+        sample = sample[:EXACT_SAMPLE_CHARS].rsplit("\n", 1)[0] or sample[:EXACT_SAMPLE_CHARS]
+    try:
+        tokens = svc.models.count_tokens(model, sample)
+    except ModelError as exc:
+        log.info("no exact token count for %s text from %s: %s", kind, svc.models, exc)
+        return
+    if tokens:
+        svc.calibration.observe_count(model, kind, sample, tokens)
 
 
 def _refuse_unreadable(wf: WorkspaceFile) -> None:
@@ -317,30 +342,44 @@ def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
 
 
 ERROR_TEXTS = {
-    "unreachable": ("Ollama is not running",
-                    "Start it (sudo systemctl start ollama) or check ollama.url in harvey.yaml."),
-    "model_not_found": ("Model not installed", "On the Ollama machine, run the `ollama pull` command above."),
+    "unreachable": ("{Server} is not running", "{start} or check ollama.url in harvey.yaml."),
+    "model_not_found": ("Model not installed", "{install_above}"),
     "timeout": ("The model timed out",
                 "The Pi may be busy or the model too large; try again or pick a smaller model."),
-    "stream_error": ("The model failed mid-reply", "Try again; if it keeps failing, check the Ollama log."),
+    "stream_error": ("The model failed mid-reply", "Try again; if it keeps failing, check {log}."),
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
-    "unknown_model": ("Unknown model", "Use an installed model's name after @, or install it with ollama pull."),
+    "unknown_model": ("Unknown model", "Use an installed model's name after @, or {install}."),
     "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),
     "unreadable_file": ("The file is not text", "Name a text, Markdown, HTML, source, PDF or Word file."),
     "no_text_layer": ("The PDF has no text", "It is a scan: run OCR on it (for example ocrmypdf) and name the result."),
     "encrypted": ("The PDF is encrypted", "Save a copy without the password and name that."),
     "damaged": ("The file is damaged", "Open it in its program and save it again, then name the new copy."),
 }
+OTHER_ERROR = ("{Server} returned an error", "Try again; check {log} if it repeats.")
+
+# How a card names the configured server (``ollama.api``) and what it tells the user to do:
+# Ollama's own commands on the Pi, neutral words for an OpenAI-compatible server (llama-server,
+# vLLM: the app cannot know how it was started).
+SERVER_WORDS = {
+    "native": {"Server": "Ollama", "log": "the Ollama log", "start": "Start it (sudo systemctl start ollama)",
+               "install_above": "On the Ollama machine, run the `ollama pull` command above.",
+               "install": "install it with ollama pull"},
+    "openai": {"Server": "The model server", "log": "the model server's log", "start": "Start it",
+               "install_above": "Start the model server with that model, or set ollama.model to one it serves.",
+               "install": "start the model server with it"},
+}
 
 
-def error_view(kind: str, detail: str) -> dict:
-    """Plain words for an error card: what happened and what to do.
+def error_view(kind: str, detail: str, api: str = "native") -> dict:
+    """Plain words for an error card: what happened and what to do, naming the configured kind of
+    server (``api``: Ollama's commands help only with Ollama).
 
     Takes the kind and text (not the exception) because a card is also rebuilt
     from the note a session file keeps.
     """
-    title, help = ERROR_TEXTS.get(kind, ("Ollama returned an error", "Try again; check the Ollama log if it repeats."))
-    return {"title": title, "detail": detail, "help": help}
+    title, help = ERROR_TEXTS.get(kind, OTHER_ERROR)
+    words = SERVER_WORDS.get(api, SERVER_WORDS["openai"])
+    return {"title": title.format(**words), "detail": detail, "help": help.format(**words)}
 
 
 def reply_notes(status: str, error: ModelError | None) -> list[str]:

@@ -95,7 +95,7 @@ def _busy_card(name: str, exc: Busy):
 
 def _render(outcome: turns.Outcome) -> str:
     """The turn a use case wrote, as the page shows it now."""
-    view = turn_view(outcome.index, outcome.turn, outcome.model)
+    view = turn_view(outcome.index, outcome.turn, outcome.model, api=services().config.ollama.api)
     if outcome.reply is not None:
         view.streaming, view.reply_html, view.activity = True, None, outcome.reply.id
     if outcome.job is not None:
