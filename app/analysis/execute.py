@@ -209,11 +209,12 @@ class Execution:
         return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True, holder=part)
 
     def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
-        """Ollama is away: pause the job with what it has; Retry continues it."""
+        """The model server is away: pause the job with what it has; Retry continues it."""
         where = f" during the {during}" if during else ""
+        server = self.svc.models.name
         self.runner.transition(job, "interrupted", message=(
-            f"Ollama could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks are "
-            "finished and kept. Retry when Ollama is back."))
+            f"{server} could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks "
+            f"are finished and kept. Retry when {server} is back."))
         self.runner._emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,

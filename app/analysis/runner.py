@@ -283,7 +283,8 @@ class JobRunner:
         try:
             return routing.resolve(mention, self.svc.models.models()), text
         except routing.UnknownModel as exc:
-            raise JobError(f"{exc} Install it with: ollama pull {mention}") from None
+            hint = f" Install it with: ollama pull {mention}" if self.svc.config.ollama.api == "native" else ""
+            raise JobError(f"{exc}{hint}") from None
 
     def decline(self, job: Job) -> None:
         """"no": back to the conversation; nothing is sent to any model."""
