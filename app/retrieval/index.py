@@ -83,13 +83,16 @@ class Index:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         elif not self.path.exists():
             raise BrokenIndex(f"{self.path.name}: no such index")
+        self.db = None
         try:
             self.db = sqlite3.connect(self.path, timeout=10)
             if write:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.executescript(_TABLES)
-                self._check_schema()
+            self._check_schema(write)
         except sqlite3.DatabaseError as exc:
+            if self.db is not None:
+                self.db.close()
             raise BrokenIndex(f"{self.path.name}: cannot be used as an index ({exc})") from exc
 
     def __enter__(self) -> "Index":
@@ -101,11 +104,14 @@ class Index:
     def close(self) -> None:
         self.db.close()
 
-    def _check_schema(self) -> None:
-        """A new file gets this schema's number; an old one must have it."""
-        with self.db:
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+    def _check_schema(self, write: bool) -> None:
+        """A new file gets this schema's number; an existing one must have it (reading it is also
+        what finds a file that is not SQLite at all)."""
+        if write:
+            with self.db:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
         if self.meta("schema") != str(SCHEMA):
+            self.db.close()
             raise BrokenIndex(f"{self.path.name}: an index of another schema")
 
     # -- reading -------------------------------------------------------------------

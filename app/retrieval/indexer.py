@@ -70,12 +70,16 @@ class Indexer:
         """The file read for retrieval (its fingerprint is its index's name)."""
         return chunking.read_document(path, chunking.retrieval_settings())
 
-    def embed_model(self) -> str | None:
-        """The embedding model to use now, or None (keyword search only; the server unreachable too)."""
+    def embed_model(self, quiet: bool = True) -> str | None:
+        """The embedding model to use now, or None (keyword search only).  A server that does not
+        answer the model list: None when ``quiet`` (a status), else the error (a build stops and
+        is asked again later, so it never settles for keyword-only by accident)."""
         try:
             installed = self.models.models() if self.settings.embed_model == "auto" else []
         except HarveyError as exc:
-            log.warning("index: cannot list models (%s); keyword search only", exc)
+            if not quiet:
+                raise
+            log.warning("index: cannot list models (%s); keyword search only for now", exc)
             return None
         return embedding.choose(self.settings.embed_model, installed)
 
@@ -97,10 +101,11 @@ class Indexer:
         return progress
 
     def status(self, doc: chunking.Document) -> Progress:
-        """The progress of a task in hand, else what the index file says (nothing when there is none)."""
+        """The progress of a task queued or running, else what the index file says now (an embedding
+        model installed since the index was made makes it incomplete again)."""
         with self._lock:
             known = self._tasks.get(doc.fingerprint)
-        if known:
+        if known and not known[1].finished.is_set():
             return known[1]
         progress = Progress(doc.fingerprint, doc.path or "", state="interrupted")
         target = path_for(self.data_dir, doc.fingerprint)
@@ -176,7 +181,7 @@ class Indexer:
             if not index.has_chunks():
                 index.add_document(doc, chunking.chunk_document(doc))
             progress.total = index.chunk_count()
-            progress.model = self.embed_model()
+            progress.model = self.embed_model(quiet=False)
             if progress.model is None:
                 progress.note = KEYWORD_ONLY_NOTE
             else:
