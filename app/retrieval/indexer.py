@@ -59,7 +59,8 @@ class Indexer:
         self.data_dir = Path(data_dir)
         self.models = models                 # app.modelserver.ModelServer
         self.settings = settings             # config.RetrievalConfig
-        self._tasks: OrderedDict[str, tuple[chunking.Document, Progress]] = OrderedDict()
+        self._tasks: OrderedDict[str, Progress] = OrderedDict()
+        self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
         self._lock = threading.Lock()
         self.lane = worker.lane("index", self._serve)
 
@@ -88,14 +89,17 @@ class Indexer:
         queued on the lane (once: a file already queued or running is not queued again)."""
         with self._lock:
             known = self._tasks.get(doc.fingerprint)
-            if known and known[1].state in ("queued", "indexing"):
-                return known[1]
+            if known and not known.finished.is_set():
+                return known
         progress = self.status(doc)
         if progress.complete:
             return progress
         progress = Progress(doc.fingerprint, doc.path or "", total=progress.total, embedded=progress.embedded,
                             model=progress.model)
         with self._lock:
+            known = self._tasks.get(doc.fingerprint)
+            if known and not known.finished.is_set():
+                return known             # another request queued it meanwhile
             self._remember(doc, progress)
         self.lane.put(doc.fingerprint)
         return progress
@@ -105,8 +109,8 @@ class Indexer:
         model installed since the index was made makes it incomplete again)."""
         with self._lock:
             known = self._tasks.get(doc.fingerprint)
-        if known and not known[1].finished.is_set():
-            return known[1]
+        if known and not known.finished.is_set():
+            return known
         progress = Progress(doc.fingerprint, doc.path or "", state="interrupted")
         target = path_for(self.data_dir, doc.fingerprint)
         if not target.exists():
@@ -128,9 +132,9 @@ class Indexer:
         """Stop indexing a file after the batch in flight (what is done stays done)."""
         with self._lock:
             known = self._tasks.get(fingerprint)
-        if not known or known[1].state not in ("queued", "indexing"):
+        if not known or known.finished.is_set():
             return False
-        known[1].stop.set()
+        known.stop.set()
         return True
 
     def wait(self, fingerprint: str, timeout: float) -> Progress | None:
@@ -138,15 +142,16 @@ class Indexer:
         with self._lock:
             known = self._tasks.get(fingerprint)
         if known:
-            known[1].finished.wait(timeout)
-            return known[1]
-        return None
+            known.finished.wait(timeout)
+        return known
 
     def _remember(self, doc: chunking.Document, progress: Progress) -> None:
-        """Keep the task (under the lock); the oldest finished ones are forgotten, so memory stays flat."""
-        self._tasks[doc.fingerprint] = (doc, progress)
+        """Keep the task (under the lock); the oldest finished ones are forgotten, so memory stays flat
+        (a finished task keeps its progress only, never the file's text)."""
+        self._tasks[doc.fingerprint] = progress
+        self._docs[doc.fingerprint] = doc
         self._tasks.move_to_end(doc.fingerprint)
-        ended = [fp for fp, (_, p) in self._tasks.items() if p.finished.is_set()]
+        ended = [fp for fp, p in self._tasks.items() if p.finished.is_set()]
         for fp in ended[:max(0, len(self._tasks) - KEEP_TASKS)]:
             del self._tasks[fp]
 
@@ -155,13 +160,17 @@ class Indexer:
     def _serve(self, fingerprint: str) -> None:
         """The lane's item: build one file's index; the task ends whatever happens."""
         with self._lock:
-            doc, progress = self._tasks[fingerprint]
+            doc, progress = self._docs.get(fingerprint), self._tasks.get(fingerprint)
+        if doc is None or progress is None:
+            return
         try:
             self.build(doc, progress)
         except HarveyError as exc:
             progress.state, progress.note = "interrupted", f"Indexing stopped: {exc}"
             log.warning("index %s (%s): %s", doc.path, fingerprint, exc)
         finally:
+            with self._lock:
+                self._docs.pop(fingerprint, None)
             progress.finished.set()
 
     def build(self, doc: chunking.Document, progress: Progress) -> Progress:
