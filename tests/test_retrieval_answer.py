@@ -36,13 +36,13 @@ def harbour(tmp_path, scripted, make_live):
     scripted.script = answer_from_passages
     scripted.embed_fn = bag_vector
 
-    def start(embedder: bool = True, **retrieval):
+    def start(embedder: bool = True, text: str | None = None, **retrieval):
         if embedder:
             scripted.models[EMBEDDER] = 2048
         config = make_config(tmp_path, scripted.url)
         config = dataclasses.replace(config, retrieval=RetrievalConfig(**retrieval))
         Path(config.workspace).mkdir(parents=True, exist_ok=True)
-        (Path(config.workspace) / "harbour.md").write_text(haystack(150, {131: FACT}), encoding="utf-8")
+        (Path(config.workspace) / "harbour.md").write_text(text or haystack(150, {131: FACT}), encoding="utf-8")
         return make_live(config)
 
     return start
@@ -145,3 +145,51 @@ def test_a_small_window_gets_fewer_passages_never_an_overflow(harbour, scripted)
     assert request.num_ctx == 2048
     assert math.ceil(request.prompt_bytes / 4) + request.body["options"]["num_predict"] <= 2048
     assert 1 <= len(job.rag) < 8
+
+
+def test_a_passage_cut_mid_section_brings_its_neighbours_in_that_section(harbour, scripted):
+    long_section = "\n".join(f"Paragraph {p} of the long section on tides and moorings, with the estuary's "
+                              "currents and the pilots' duties described at length. " * 4 for p in range(16))
+    text = haystack(60) + "\n## The long section\n\n" + long_section.replace(
+        "Paragraph 8 of", FACT + " Paragraph 8 of", 1) + "\n" + haystack(10)
+    live = harbour(embedder=False, text=text, passages=1)
+    name = live.open_session()
+    job, _ = ask_by_retrieval(live, name)
+    sections = {p["section"] for p in job.rag}
+    numbers = [p["chunk"] for p in job.rag]
+    assert sections == {"The long section"} and len(numbers) == 3
+    assert numbers == list(range(numbers[0], numbers[0] + 3))             # the hit and both neighbours
+    prompt = scripted.chats()[0].body["messages"][-1]["content"]
+    assert "Bartholomew Quince" in prompt and prompt.count("(The long section; lines") == 3
+
+
+def test_cancel_while_indexing_then_a_restart_resumes_the_index(harbour, scripted, make_live):
+    scripted.embed_delay = 0.1
+    live = harbour(embed_batch=2)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": QUESTION})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": QUESTION, "way": "retrieve"})
+    wait_for(lambda: len(document_embeds(scripted)) >= 6, 60, "a few batches embedded")
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_for(lambda: job.state == "choose", 60, f"the job stopped (it is {job.state})")
+    card = live.get(f"/s/{name}").text
+    assert "Answer from harbour.md stopped" in card and "Synthesize the partial answers" not in card
+    live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "no"})
+    wait_for(lambda: job.id not in live.services.jobs.jobs, 30, "the cancelled job recorded")
+    assert scripted.chats() == []                                    # nothing was asked of the chat model
+    wait_for(lambda: all(p.finished.is_set() for p in live.services.indexer._tasks.values()), 30,
+             "the index lane stopped after its batch")
+    done = len(document_embeds(scripted))
+    config = live.config
+    live.close()                                                     # the server restarts
+    scripted.embed_delay = 0.0
+    again = make_live(config)
+    name2 = again.open_session()
+    job2, _ = ask_by_retrieval(again, name2)
+    sent = document_embeds(scripted)
+    assert 6 <= done < job2.rag_chunks
+    # after the restart only the chunks still without a vector were sent: across both runs every
+    # chunk (each text unique) was embedded exactly once
+    assert len(sent) == len(set(sent)) == job2.rag_chunks
+    assert "Bartholomew Quince" in scripted.chats()[0].body["messages"][-1]["content"]
