@@ -149,6 +149,37 @@ def recall(index: Index, chunks_text: dict[int, str], embed, model: str | None, 
     return {"recall": out, "search_ms": 1000 * sorted(times)[len(times) // 2]}
 
 
+def indexer_run(tokens: int) -> None:
+    """The app's own Indexer (worker lane, batches over real HTTP to the scripted server with the
+    bag-of-words embedder) on a ``tokens``-token file: its time and this process's peak RSS."""
+    from app.config import Config, OllamaConfig, RetrievalConfig
+    from app.modelserver import connect
+    from app.retrieval.indexer import Indexer
+    from app.work.activity import Activities
+    from app.work.worker import Worker
+    from haystacks import bag_vector
+    from scripted_ollama import ScriptedOllama
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with ScriptedOllama(models={"tiny:1b": 8192, "nomic-embed-text:latest": 2048}) as server, \
+            tempfile.TemporaryDirectory() as tmp:
+        server.embed_fn = bag_vector
+        path = Path(tmp) / "big.md"
+        path.write_text(make_haystack(tokens), encoding="utf-8")
+        indexer = Indexer(Path(tmp) / "data", connect(Config(ollama=OllamaConfig(url=server.url))),
+                          Worker(Activities()), RetrievalConfig())
+        t0 = time.perf_counter()
+        doc = indexer.document(path)
+        progress = indexer.request(doc)
+        indexer.wait(doc.fingerprint, 3600)
+        took = time.perf_counter() - t0
+        requests = len(server.embeds())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"Indexer, {tokens:,}-token file: {progress.state}, {progress.total} chunks, {requests} embed requests, "
+          f"{took:.1f} s; peak RSS of the process {peak:.0f} MB ({before:.0f} MB before the run; the scripted "
+          "server runs in the same process).")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="10000,50000,250000")
@@ -156,7 +187,12 @@ def main(argv=None) -> int:
     ap.add_argument("--embed-url")
     ap.add_argument("--embed-model")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--indexer", type=int, metavar="TOKENS",
+                    help="instead: time the app's Indexer on a file of TOKENS tokens, and its peak memory")
     args = ap.parse_args(argv)
+    if args.indexer:
+        indexer_run(args.indexer)
+        return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     ks = [int(k) for k in args.k.split(",")]
     if args.embed_url and args.embed_model:

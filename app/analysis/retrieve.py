@@ -94,12 +94,15 @@ class Retrieval:
         An index whose vectors are not all in (the embedding model away) still answers by keyword."""
         indexer = self.svc.indexer
         progress = indexer.request(rdoc)
+        shown = -1
         while not progress.complete and not progress.finished.wait(WAIT_STEP_S):
             if self.runner._stopped(job):
                 indexer.cancel(rdoc.fingerprint)
                 self.runner._after_stop(job)
                 return None
-            self.runner._progress(job, stage=f"indexing: {progress.embedded} of {progress.total or '?'} passages")
+            if progress.embedded != shown:          # an event per batch, not per look
+                shown = progress.embedded
+                self.runner._progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
         if self.runner._stopped(job):
             self.runner._after_stop(job)
             return None
