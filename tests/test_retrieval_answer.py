@@ -8,6 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
+from datetime import datetime
+from fountain import FountainParser
+
+from app.sessions import fountain as spmd
 
 from app.config import RetrievalConfig
 from conftest import make_config
@@ -193,3 +197,18 @@ def test_cancel_while_indexing_then_a_restart_resumes_the_index(harbour, scripte
     # chunk (each text unique) was embedded exactly once
     assert len(sent) == len(set(sent)) == job2.rag_chunks
     assert "Bartholomew Quince" in scripted.chats()[0].body["messages"][-1]["content"]
+
+
+def test_the_retrieval_scene_reads_back_with_its_rag_note_and_passages():
+    """No chunk-result notes (no chunk was run), the rag note after the chunk note, every passage."""
+    passages = {7: spmd.Passage(7, 100, 900, (12, 30), None, "Intro › Cats"),
+                40: spmd.Passage(40, 5000, 6100, (200, 230), (9, 10))}
+    a = spmd.ChunkAnalysis("harbour.md", 150, "llama3.2:3b", "paragraph", 600, "What is the cat called?",
+                           datetime(2026, 12, 1, 10, 0, 0), [], "ok", passages=passages,
+                           source="sha256:0123abcd", chunk_bytes=2400,
+                           rag="rag: 2 chunks from harbour.md, top score 0.87")
+    text = spmd.dumps(spmd.Screenplay({}, [spmd.chunk_scene(a, "rsdoiel")]))
+    assert "[[rag: 2 chunks from harbour.md, top score 0.87]]" in text and "chunk-result" not in text
+    assert text.index("[[chunk: file=harbour.md") < text.index("[[rag:") < text.index("[[chunk-passage: 7/150")
+    assert FountainParser().validate(text) == []
+    assert spmd.read_chunk_scene(spmd.loads(text).scenes[0]) == a

@@ -53,7 +53,7 @@ def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
     """The scene of an answer from the most relevant passages (issue 25): the retrieval chunks'
     count and size, the ``rag:`` note, and each passage sent (no per-chunk results: none ran)."""
     top = max((p["score"] for p in job.rag), default=0.0)
-    rag = f"rag: {len(job.rag)} chunks from {job.file}, top score {top:.2f}"
+    rag = f"rag: {len(job.rag)} chunks from {' '.join(job.file.split())}, top score {top:.2f}".replace("]]", "] ]")
     size = chunking.RETRIEVAL_SIZE_TOKENS
     found = {p["chunk"]: fountain.Passage(chunk=p["chunk"], start=p["start"], end=p["end"],
                                           lines=(p["lines"][0], p["lines"][1]),
