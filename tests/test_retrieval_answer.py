@@ -212,3 +212,18 @@ def test_the_retrieval_scene_reads_back_with_its_rag_note_and_passages():
     assert text.index("[[chunk: file=harbour.md") < text.index("[[rag:") < text.index("[[chunk-passage: 7/150")
     assert FountainParser().validate(text) == []
     assert spmd.read_chunk_scene(spmd.loads(text).scenes[0]) == a
+
+
+def test_the_running_card_says_it_is_finding_passages_not_counting_chunks(harbour, scripted):
+    scripted.embed_delay = 0.2
+    live = harbour(embed_batch=2)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": QUESTION})
+    job = live.services.jobs.open_for(name)
+    card = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": QUESTION, "way": "retrieve"}).text
+    assert "Answer from the most relevant passages of harbour.md" in card
+    assert "chunks done" not in card and "<progress" not in card
+    wait_for(lambda: any("passages embedded" in e.data for e in live.services.jobs.log_for(job).snapshot()
+                         if e.name == "progress"), 60, "an indexing progress event")
+    live.services.jobs.cancel(job)
+    wait_for(lambda: job.state == "choose", 60, f"the job stopped (it is {job.state})")
