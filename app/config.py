@@ -69,6 +69,17 @@ class ChunkingConfig:
 
 
 @dataclass(frozen=True)
+class RetrievalConfig:
+    # The model that embeds passages for vector search: "auto" (an installed model whose name says it
+    # embeds: nomic-embed-text, all-minilm, ...), a model name, or "" (keyword search only).
+    embed_model: str = "auto"
+    # Passages (about 600 tokens each) an answer from the most relevant passages draws on at most.
+    passages: int = 8
+    # Chunks embedded per request while indexing (a cancel waits for at most one batch).
+    embed_batch: int = 8
+
+
+@dataclass(frozen=True)
 class BudgetConfig:
     safety_margin: float = 0.10
     reply_tokens: int = 512
@@ -106,6 +117,7 @@ class Config:
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
     models: dict[str, ModelConfig] = field(default_factory=dict)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     workspace: str = "./data/workspace"
@@ -253,6 +265,10 @@ def _check(obj, source: str, prefix: str) -> None:
         if obj.overlap not in ("paragraph", "sentence", "none"):
             raise bad("overlap", "one of paragraph, sentence, none", obj.overlap)
         for key in ("chunk_size_tokens", "max_chunks", "map_reply_tokens"):
+            if getattr(obj, key) < 1:
+                raise bad(key, "a whole number of at least 1", getattr(obj, key))
+    elif isinstance(obj, RetrievalConfig):
+        for key in ("passages", "embed_batch"):
             if getattr(obj, key) < 1:
                 raise bad(key, "a whole number of at least 1", getattr(obj, key))
     elif isinstance(obj, BudgetConfig):

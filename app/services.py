@@ -28,6 +28,7 @@ class Services:
     worker: "Worker"                  # where that work runs
     calls: "ModelCalls"               # how each model call is made, checked and accounted for
     jobs: "JobRunner | None" = None
+    indexer: "Indexer | None" = None   # the one writer of retrieval indexes (app.retrieval)
     started_at: datetime = field(default_factory=lambda: datetime.now().replace(microsecond=0))
     extra: dict = field(default_factory=dict)
 
@@ -35,6 +36,7 @@ class Services:
     def from_config(cls, config: Config) -> "Services":
         """Build every service; creates the data folders, reads nothing else."""
         from .analysis.runner import JobRunner
+        from .retrieval.indexer import Indexer
         from .sessions.store import SessionStore
         from .work.activity import Activities
         from .work.calls import ModelCalls
@@ -50,6 +52,7 @@ class Services:
         svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
                   worker=Worker(activities), calls=ModelCalls(models, calibration))
         svc.jobs = JobRunner(svc)
+        svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval)
         return svc
 
 

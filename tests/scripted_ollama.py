@@ -160,6 +160,8 @@ class ScriptedOllama:
         self.tags_delays: list[float] = []   # seconds before each next /api/tags answer (popped in order)
         self.in_flight = 0               # chat requests being answered now
         self.max_in_flight = 0           # the most chat requests ever answered at once
+        self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
+        self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -212,6 +214,19 @@ class ScriptedOllama:
         self.stop()
 
     # -- helpers for tests ---------------------------------------------------
+
+    def embeds(self) -> list[Recorded]:
+        """The embedding requests received so far, in order."""
+        with self._lock:
+            return [r for r in self.requests if r.path == "/api/embed"]
+
+    def embedded_texts(self) -> list[str]:
+        """Every text sent to /api/embed so far, in order."""
+        out = []
+        for rec in self.embeds():
+            texts = rec.body.get("input")
+            out.extend([texts] if isinstance(texts, str) else texts or [])
+        return out
 
     def chats(self) -> list[Recorded]:
         """The chat requests received so far, in order."""
@@ -343,7 +358,10 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(404, {"error": f"model '{body.get('model')}' not found"})
             texts = body.get("input")
             texts = [texts] if isinstance(texts, str) else texts
-            vectors = [[(len(t) + i) / 100.0 for i in range(server.embed_size)] for t in texts]
+            if server.embed_delay:
+                time.sleep(server.embed_delay)
+            vectors = [server.embed_fn(t) if server.embed_fn else [(len(t) + i) / 100.0 for i in range(server.embed_size)]
+                       for t in texts]
             self._json(200, {"model": body.get("model"), "embeddings": vectors})
 
         def _chat(self, body, rec: Recorded):

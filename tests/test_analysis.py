@@ -106,7 +106,7 @@ def test_no_returns_to_the_conversation_and_sends_nothing(setup):
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     job = live.services.jobs.open_for(name)
     html = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "  No "}).text
-    assert "declined" in html and "Start analysis" not in html
+    assert "declined" in html and "Answer from the most relevant passages" not in html
     assert job.state == "declined" and scripted.chats() == []
     assert "chunk analysis declined" in session_text(live, name)
 
@@ -184,7 +184,7 @@ def test_unknown_model_is_reported_on_the_card_before_anything_starts(setup):
     live, scripted, _ = setup
     name = live.open_session()
     job, html = start_job(live, name, "Summarize. @nosuch")
-    assert "'@nosuch' is not an installed model" in html and "Start analysis" in html
+    assert "'@nosuch' is not an installed model" in html and "Answer from the most relevant passages" in html
     assert job.state == "proposed" and scripted.chats() == []
 
 

@@ -179,4 +179,4 @@ def test_no_past_instruction_no_list(tmp_path, scripted, make_live):
     live = make_live(big_file_config(tmp_path, scripted))
     name = live.open_session()
     fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
-    assert "Start analysis" in fragment and 'class="library"' not in fragment
+    assert "Answer from the most relevant passages" in fragment and 'class="library"' not in fragment

@@ -167,6 +167,14 @@ class Job:
     # The parts of the file no answered chunk covers, decided with the answer: [{"lines": [a, b],
     # "pages": [p, q] or None, "section": "..."}] (``plan.unread``); the answer and the scene name them.
     unread: list[dict] = field(default_factory=list)
+    # Issue 25: how the user chose to answer: "read" (every chunk, map/reduce) or "retrieve" (one chat
+    # request over the most relevant passages, app.analysis.retrieve); for "retrieve", the passages
+    # sent ([{"chunk", "start", "end", "lines", "pages", "section", "score"}], document order) and how
+    # they were found ("hybrid search with MODEL" or "keyword search").
+    way: str = "read"
+    rag: list[dict] = field(default_factory=list)
+    rag_search: str = ""
+    rag_chunks: int = 0              # the chunks of the file's retrieval index (the passages' "of N")
 
     @property
     def asked(self) -> str:

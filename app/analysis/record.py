@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from .. import chunking
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .job import Job
@@ -26,6 +27,8 @@ from .mapreduce import ranges
 def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
     """The scene: ``chunks`` is what the whole file needs (never only the chunks run), one result per
     chunk of the run, and each part of the file no answer covers as a ``chunk-unread`` note."""
+    if job.way == "retrieve":
+        return rag_record(job, synthesis)
     results = []
     for i in range(job.total):
         r = job.results.get(i)
@@ -44,6 +47,31 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
                                   results=results, synthesis=synthesis, passages=passages(job),
                                   source=job.source or None, relevant=job.relevant_count,
                                   unread=[notes.unread(span) for span in job.unread])
+
+
+def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
+    """The scene of an answer from the most relevant passages (issue 25): the retrieval chunks'
+    count and size, the ``rag:`` note, and each passage sent (no per-chunk results: none ran)."""
+    top = max((p["score"] for p in job.rag), default=0.0)
+    rag = f"rag: {len(job.rag)} chunks from {' '.join(job.file.split())}, top score {top:.2f}".replace("]]", "] ]")
+    size = chunking.RETRIEVAL_SIZE_TOKENS
+    found = {p["chunk"]: fountain.Passage(chunk=p["chunk"], start=p["start"], end=p["end"],
+                                          lines=(p["lines"][0], p["lines"][1]),
+                                          pages=(p["pages"][0], p["pages"][1]) if p["pages"] else None,
+                                          heading=p["section"], quotes=[])
+             for p in job.rag}
+    return fountain.ChunkAnalysis(file=job.file, chunks=job.rag_chunks, model=job.model, boundary=job.boundary,
+                                  chunk_size=size, chunk_bytes=round(size * chunking.retrieval_settings().bytes_per_token),
+                                  instruction=job.instruction, when=datetime.now().replace(microsecond=0),
+                                  results=[], synthesis=synthesis, passages=found, source=job.source or None,
+                                  rag=rag)
+
+
+def rag_line(job: Job) -> str:
+    """The answer's notice: how many passages it rests on, how they were found, what it may miss."""
+    n = len(job.rag)
+    return (f"Answered from {n} passage{'s' if n != 1 else ''} of {job.file} ({job.rag_chunks} in all), found by "
+            f"{job.rag_search}; what is spread over the whole file may be missed.")
 
 
 def passages(job: Job) -> dict[int, fountain.Passage]:
@@ -98,9 +126,12 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
             # generated and prompt tokens and the model's time (on a Pi, the cost).
             turn.stats = fountain.stats_line(job.model, store.backend, job.generated_tokens, job.prompt_tokens,
                                              job.model_seconds)
-            turn.notes.append(notes.notice(relevant_line(job)))
+            if job.way == "retrieve":
+                turn.notes.append(notes.notice(rag_line(job)))
+            else:
+                turn.notes.append(notes.notice(relevant_line(job)))
             turn.notes.append(notes.notice(
-                f"Chunk analysis: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
+                f"{'Retrieval answer' if job.way == 'retrieve' else 'Chunk analysis'}: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
                 f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))
 
     store.update_turn(job.session, job.turn, add, expect=job.asked)

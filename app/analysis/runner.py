@@ -57,6 +57,7 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
 from . import plan, record
 from .execute import Execution, _one_line
+from .retrieve import Retrieval
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
                   StateMachine, without_directive)
 from .store import JobStore
@@ -238,8 +239,9 @@ class JobRunner:
 
     # -- user decisions ---------------------------------------------------------------------
 
-    def start(self, job: Job, instruction: str, scope: str) -> None:
-        """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused)."""
+    def start(self, job: Job, instruction: str, scope: str, way: str = "read") -> None:
+        """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused).
+        ``way``: "read" every chunk, or "retrieve": one answer from the most relevant passages (issue 25)."""
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
         if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
@@ -252,12 +254,14 @@ class JobRunner:
         changes: dict = {}
         if model != job.model:      # another window and calibration: plan the chunks again
             changes = plan.plan(self.svc, job.file, model, job.instruction)
-            if changes["chunks"] != job.chunks and changes["chunks"] > max_chunks:
+            if way != "retrieve" and changes["chunks"] != job.chunks and changes["chunks"] > max_chunks:
                 self.machine.update(job, expect="proposed", **changes)
                 raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
         chunks, selected = changes.get("chunks", job.chunks), changes.get("selected", job.selected)
         chosen = "all"
-        if chunks > max_chunks:
+        if way == "retrieve":
+            changes["way"] = "retrieve"
+        elif chunks > max_chunks:
             if scope not in ("all", "first"):
                 raise JobError(f"Choose whether to analyse all {chunks} chunks or only the first {max_chunks}.")
             selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
@@ -428,6 +432,8 @@ class JobRunner:
                                    "match. Discard this analysis and start a new one.")
         if job.source != (source := plan.source_of(doc)):     # a job.json from before issue #15
             self.machine.update(job, expect="running", source=source)
+        if job.way == "retrieve":
+            return Retrieval(self).run(job, doc)
         run = Execution(self)
         if job.synthesis != "pending" and not run.map_all(job, doc):
             return                  # interrupted: Ollama is away

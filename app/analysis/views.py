@@ -13,7 +13,9 @@ import time
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
 
+from .. import chunking
 from ..errors import Busy, HarveyError
+from ..retrieval import embedding
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
 from ..services import services
 from ..sessions import fountain, notes
@@ -56,7 +58,8 @@ def start(name: str, job_id: str):
         if instruction.strip().lower() == "no":
             runner.decline(job)
         else:
-            runner.start(job, instruction, request.form.get("scope", ""))
+            runner.start(job, instruction, request.form.get("scope", ""),
+                         "retrieve" if request.form.get("way") == "retrieve" else "read")
     except InvalidTransition:
         pass                                  # started (or answered) already: show the card as it is
     except HarveyError as exc:                # refused: say why on the card, only if it is still asking
@@ -237,7 +240,21 @@ def _card_context() -> dict:
     runner = services().jobs
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
-            "job_results": runner.results, "unread_where": unread_where, "sources": sources}
+            "job_results": runner.results, "unread_where": unread_where, "sources": sources,
+            "retrieval_offer": retrieval_offer}
+
+
+def retrieval_offer(job: Job) -> dict:
+    """The card's second choice (issue 25): its cost on this machine and whether passages can be
+    found by meaning, from the measured speed (one request of about ``passages`` x 600 tokens and a
+    reply) and the installed models (nothing is indexed or sent to draw the card)."""
+    svc = services()
+    settings = svc.config.retrieval
+    prompt = settings.passages * chunking.RETRIEVAL_SIZE_TOKENS + 300
+    speed = svc.calibration.speed(job.model)
+    minutes = (prompt / speed[0] + svc.config.budget.reply_tokens / speed[1]) / 60 if speed else None
+    model = svc.indexer.embed_model() if svc.indexer else None
+    return {"minutes": minutes, "embed_model": model, "hint": embedding.MODEL_HINT}
 
 
 def unread_where(job: Job) -> str:

@@ -88,10 +88,10 @@ from .chunks import (chunk_document, chunk_file, chunk_text, chunks_from, plan_d
                      split_chunk)
 from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUNKER_VERSION, HEADING_SHARE,
                        HTML_EXTENSIONS, KINDS, MARKDOWN_EXTENSIONS, MIN_BUDGET_BYTES, OVERLAP_MODES, OVERLAP_SHARE,
-                       PROSE_EXTENSIONS, PURPOSES, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
+                       PROSE_EXTENSIONS, PURPOSES, RETRIEVAL_SIZE_TOKENS, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
                        Chunk, ChunkingError, ChunkPlan, ChunkSettings, Document, DocumentNotFoundError, Measure,
                        boundary_for_kind, estimate_tokens, kind_for_path, make_document, measure, read_document,
-                       with_settings)
+                       retrieval_settings, with_settings)
 from .htmltext import html_to_text
 from .labels import LABEL_MAX_BYTES, PATH_SEP, SIBLING_SEP, chunk_label
 from .units import _units  # noqa: F401  (the block scanner; its tests reach it here)
@@ -104,7 +104,7 @@ __all__ = [
     "make_document", "read_document", "measure", "with_settings", "chunk_document", "chunks_from", "split_chunk",
     "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
-    "PURPOSES", "ANALYSIS_FILL", "LABEL_MAX_BYTES", "chunk_label",
+    "PURPOSES", "ANALYSIS_FILL", "RETRIEVAL_SIZE_TOKENS", "retrieval_settings", "LABEL_MAX_BYTES", "chunk_label",
     # the packer's shares and the file kinds' extensions (tests and benches read them)
     "OVERLAP_SHARE", "ANALYSIS_OVERLAP_SHARE", "HEADING_SHARE", "MIN_BUDGET_BYTES", "SAMPLE_BYTES",
     "MARKDOWN_EXTENSIONS", "HTML_EXTENSIONS", "PROSE_EXTENSIONS", "SOURCE_EXTENSIONS", "PATH_SEP", "SIBLING_SEP",

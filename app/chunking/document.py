@@ -171,6 +171,22 @@ class ChunkSettings:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+RETRIEVAL_SIZE_TOKENS = 600     # seed 002's default chunk for search: sharp hits, one level of chunk
+RETRIEVAL_BYTES_PER_TOKEN = 4.0  # fixed, not calibrated: a retrieval index is keyed by its settings, so a
+#                                  drifting calibration must never re-index an unchanged file
+
+
+def retrieval_settings(size_tokens: int = RETRIEVAL_SIZE_TOKENS) -> ChunkSettings:
+    """Seed 002's retrieval preset: about 600 tokens, section-first packing, tables on their own.
+
+    No overlap: the answer pulls a passage's neighbours in itself (the walk from chunk to section),
+    and an overlap would put the same words in two passages, ranking them twice.  The settings are
+    fixed, so the fingerprint (the index's key) changes only with the chunker or these numbers.
+    """
+    return ChunkSettings(size_tokens=size_tokens, overlap="none", bytes_per_token=RETRIEVAL_BYTES_PER_TOKEN,
+                         purpose="retrieval")
+
+
 # ---------------------------------------------------------------- records
 
 @dataclass(frozen=True)

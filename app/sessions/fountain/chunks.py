@@ -51,6 +51,8 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
                         f"boundary={a.boundary}{size}, chunk-tokens={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
+    if a.rag:
+        els.append(Element("note", a.rag))
     if a.source:
         els.append(Element("note", f"chunk-source: {a.source}"))
     for i, status in enumerate(a.results, 1):
@@ -59,6 +61,9 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
         els.append(Element("note", f"chunk-result: {i}/{a.chunks} — {status}"))
         if i in a.passages:
             els.extend(Element("note", text) for text in passage_notes(a.passages[i], a.chunks))
+    for n in sorted(a.passages):
+        if n > len(a.results):        # a retrieval answer's passages (issue 25): no chunk was run
+            els.extend(Element("note", text) for text in passage_notes(a.passages[n], a.chunks))
     if a.relevant is not None:
         els.append(Element("note", f"chunk-relevant: {a.relevant}/{a.chunks}"))
     els.extend(Element("note", text) for text in a.unread)
@@ -178,3 +183,5 @@ def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None
         a.synthesis = m["status"]
     elif note.startswith("chunk-unread:"):
         a.unread.append(note)
+    elif note.startswith("rag:"):
+        a.rag = note

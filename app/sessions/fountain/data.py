@@ -80,6 +80,9 @@ class ChunkAnalysis:
     kind: str = "prose"
     # Issue 22: each part of the file no answered chunk covers, as its note (notes.unread builds and reads it).
     unread: list[str] = field(default_factory=list)
+    # Issue 25: an answer from the most relevant passages (retrieval), as the terminal Harvey notes it:
+    # "rag: N chunks from FILE, top score 0.87" (None: every chunk was read).
+    rag: str | None = None
 
 
 @dataclass

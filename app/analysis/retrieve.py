@@ -1,0 +1,215 @@
+"""The retrieval answer (issue 25): one chat request over a file's most relevant passages.
+
+The card's second choice.  The file's index is built (or found: an unchanged file is never
+indexed twice) on the "index" lane; the question is searched by keyword and, with an embedding
+model, by meaning (``app.retrieval.search``); the best passages are taken in rank order while
+they fit the window, with a passage's neighbours in the same section pulled in after them (seed
+002's walk from chunk to section), and sent in document order with their heading path and lines
+or pages.  Everything in the request draws from one budget (seed 003 Direction 2:
+``budget.Budget.reserve``): system prompt, question, passages, reply; so it never overflows.
+The passages sent are the answer's sources, recorded in the CHUNK ANALYSIS scene with the
+terminal Harvey's ``[[rag: N chunks from FILE, top score S]]`` note.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .. import chunking
+from ..budget import estimate_messages, estimate_tokens, new_budget
+from ..errors import HarveyError
+from ..modelserver import Cancelled
+from ..retrieval import embedding, search
+from ..retrieval.index import Index, Passage, path_for
+from ..work.calls import Request
+from . import mapreduce
+from .execute import _one_line
+from .job import Job
+
+log = logging.getLogger(__name__)
+
+WAIT_STEP_S = 0.5            # how often a job waiting for its index looks at a Stop
+CANDIDATES_PER_PASSAGE = 3   # hits searched per passage wanted (some will not fit)
+SYSTEM = ("You answer questions about a file from passages of it. Use only the passages below. Cite the "
+          "passages your answer rests on by their numbers, as [12] or [12, 40]. If the passages do not hold "
+          "the answer, say so plainly.")
+
+
+def label(p: Passage) -> str:
+    """A passage's heading in the request and the card: its number, section path, and pages or lines."""
+    where = (f"page {p.pages[0]}" if p.pages and p.pages[0] == p.pages[1] else
+             f"pages {p.pages[0]}–{p.pages[1]}" if p.pages else f"lines {p.first_line}–{p.last_line}")
+    section = " › ".join(p.heading_path)
+    return f"[{p.n + 1}] ({section + '; ' if section else ''}{where})"
+
+
+def block(p: Passage) -> str:
+    return f"{label(p)}\n{p.text.strip()}"
+
+
+def user_message(file: str, question: str, passages: list[Passage]) -> str:
+    """The request's user message: the passages in the file's order, then the question."""
+    body = "\n\n".join(block(p) for p in passages)
+    return (f"Passages from {file}, the most relevant to the question, in the file's order:\n\n{body}\n\n"
+            f"Question: {question}")
+
+
+class Retrieval:
+    """One retrieval answer for a running job (the analysis lane runs it, the runner owns the job)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.svc = runner.svc
+
+    def run(self, job: Job, doc: chunking.Document) -> None:
+        """Index (or find the index), search, fit, ask once, record."""
+        rdoc = chunking.with_settings(doc, chunking.retrieval_settings())
+        progress = self._indexed(job, rdoc)
+        if progress is None:
+            return
+        with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
+            model = progress.model if progress.model and index.complete(progress.model) else None
+            hits, how = self._search(job, index, model)
+            chosen, scores = self._fit(job, index, hits)
+            total = index.chunk_count()
+        if not chosen:
+            answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
+                      "other words, or read all the chunks.")
+            return self._done(job, answer, [], {}, how, total)
+        self.runner.transition(job, "synthesizing", expect="running")
+        self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
+        answer = self._ask(job, chosen)
+        if answer is None:
+            return
+        answer, removed = mapreduce.resolve_citations(answer, {p.n + 1 for p in chosen})
+        if removed:
+            log.info("retrieval %s: %d citations of passages not sent removed", job.id, removed)
+        self._done(job, answer, chosen, scores, how, total)
+
+    # -- the index ----------------------------------------------------------------------------
+
+    def _indexed(self, job: Job, rdoc: chunking.Document):
+        """Wait for the file's index; the progress, or None when the job stopped or cannot go on.
+        An index whose vectors are not all in (the embedding model away) still answers by keyword."""
+        indexer = self.svc.indexer
+        progress = indexer.request(rdoc)
+        shown = -1
+        while not progress.complete and not progress.finished.wait(WAIT_STEP_S):
+            if self.runner._stopped(job):
+                indexer.cancel(rdoc.fingerprint)
+                self.runner._after_stop(job)
+                return None
+            if progress.embedded != shown:          # an event per batch, not per look
+                shown = progress.embedded
+                self.runner._progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
+        if self.runner._stopped(job):
+            self.runner._after_stop(job)
+            return None
+        if not progress.complete:
+            target = path_for(self.svc.config.data_path, rdoc.fingerprint)
+            with Index(target) as index:
+                usable = index.has_chunks()
+            if not usable:
+                self.runner.transition(job, "interrupted", message=(
+                    f"{job.file} could not be indexed: {progress.note or progress.state}. Retry when the model "
+                    "server is back."))
+                self.runner._emit_state(job)
+                return None
+            log.info("retrieval %s: index incomplete (%s); keyword search", job.id, progress.note)
+        return progress
+
+    # -- search and fit -----------------------------------------------------------------------
+
+    def _search(self, job: Job, index: Index, model: str | None) -> tuple[list[search.Hit], str]:
+        """The hits for the question, and how they were found (said in the answer's notice)."""
+        limit = self.svc.config.retrieval.passages * CANDIDATES_PER_PASSAGE
+        vector = None
+        if model:
+            try:
+                vector = embedding.pack(self.svc.models.embed(model, [embedding.query_text(model, job.task)])[0])
+            except HarveyError as exc:
+                log.warning("retrieval %s: the question could not be embedded (%s); keyword search", job.id, exc)
+                model = None
+        hits = search.search(index, job.task, model, vector, limit=limit)
+        return hits, (f"hybrid search (keywords and {model})" if model else "keyword search")
+
+    def _budget(self, job: Job):
+        """The request's one budget: reply and margin taken, then the system prompt and question."""
+        bpt = min(job.bytes_per_token,
+                  self.svc.calibration.bytes_per_token(job.model, job.text_kind or "prose", conservative=True))
+        budget = new_budget(self.svc.config, job.model, job.window, bpt)
+        budget.reserve("system", estimate_messages([{"content": SYSTEM}], bpt))
+        budget.reserve("question", estimate_messages([{"content": user_message(job.file, job.task, [])}], bpt))
+        return budget
+
+    def _fit(self, job: Job, index: Index, hits: list[search.Hit]) -> tuple[list[Passage], dict[int, float]]:
+        """The passages sent: the best hits while they fit (at most ``retrieval.passages``), then each
+        one's neighbours in its own section (a passage cut mid-section), best hit's first."""
+        budget = self._budget(job)
+        wanted = self.svc.config.retrieval.passages
+        chosen: dict[int, Passage] = {}
+        scores = {h.n: h.shown_score for h in hits}
+        for passage in _in_rank_order(index, [h.n for h in hits]):
+            if len(chosen) >= wanted:
+                break
+            if budget.reserve("passages", self._cost(passage, budget)):
+                chosen[passage.n] = passage
+        for n in list(chosen):
+            for near in index.passages([n - 1, n + 1]):
+                if (near.n not in chosen and near.heading_path == chosen[n].heading_path
+                        and budget.reserve("passages", self._cost(near, budget))):
+                    chosen[near.n] = near
+        return [chosen[n] for n in sorted(chosen)], scores
+
+    @staticmethod
+    def _cost(p: Passage, budget) -> int:
+        return estimate_tokens(block(p) + "\n\n", budget.bytes_per_token)
+
+    # -- the call and the record ----------------------------------------------------------------
+
+    def _ask(self, job: Job, passages: list[Passage]) -> str | None:
+        """The one chat request (refused before sending if it would not fit); None when it did not end."""
+        activity = self.runner._activity_of(job)
+        budget = self._budget(job)
+        messages = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": user_message(job.file, job.task, passages)}]
+        request = Request(job.model, messages, window=job.window, num_predict=budget.components["reply"],
+                          bytes_per_token=budget.bytes_per_token)
+        try:
+            if activity is None:
+                raise Cancelled("The analysis no longer holds its session.")
+            text, usage = self.svc.calls.text(activity, request)
+        except HarveyError as exc:
+            if self.runner._stopped(job):
+                self.runner._after_stop(job)
+            elif exc.transient:
+                self.runner.transition(job, "interrupted", message=(
+                    f"The model server could not be reached: {_one_line(exc)} Retry when it is back."))
+                self.runner._emit_state(job)
+            else:
+                self.runner._fail(job, f"The answer failed: {_one_line(exc)}")
+            return None
+        if usage is not None:
+            job.model_calls += 1
+            job.prompt_tokens += usage.prompt_tokens or 0
+            job.generated_tokens += usage.generated_tokens or 0
+            job.model_seconds += usage.seconds or 0.0
+        return text
+
+    def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
+              total: int) -> None:
+        rag = [{"chunk": p.n + 1, "start": p.start, "end": p.end, "lines": [p.first_line, p.last_line],
+                "pages": list(p.pages) if p.pages else None, "section": " › ".join(p.heading_path),
+                "score": round(scores.get(p.n, 0.0), 4)} for p in passages]
+        if job.state == "running":
+            self.runner.transition(job, "synthesizing", expect="running")
+        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
+                               rag_search=how, rag_chunks=total)
+        self.runner._finish(job, answer, "ok")
+
+
+def _in_rank_order(index: Index, numbers: list[int]) -> list[Passage]:
+    """The passages of these chunk numbers, in the order given (best first)."""
+    by_n = {p.n: p for p in index.passages(numbers)}
+    return [by_n[n] for n in numbers if n in by_n]

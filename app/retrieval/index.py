@@ -1,0 +1,213 @@
+"""One SQLite file per indexed file version: its chunks, an FTS5 table over them, their vectors.
+
+The file is ``<data>/indexes/<fingerprint>.sqlite`` where the fingerprint is the chunker's
+(``Document.fingerprint``: the text's hash, its kind and the chunk settings, which cover the
+chunker's version, seed 002's identity rule), so an unchanged file finds its index and a changed
+one (or a new chunker) gets a new one.  Chunks go in with their FTS rows in one transaction, so
+the keyword part is either whole or absent; vectors go in per batch, one commit each, so an index
+cut off mid-way keeps every batch it finished and the indexer resumes with the rest.  The index is
+complete for a model when every chunk has its vector.
+
+Only the indexer writes (``Index(..., write=True)``); searches open their own read connection
+(WAL, so a search never waits for a batch being written).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .. import chunking
+from ..errors import HarveyError
+from .embedding import pack
+
+SCHEMA = 1
+MAX_INDEXES = 32            # index files kept in the folder; the least recently used go first
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    n INTEGER PRIMARY KEY, start INTEGER, body_start INTEGER, "end" INTEGER,
+    first_line INTEGER, last_line INTEGER, first_page INTEGER, last_page INTEGER,
+    heading TEXT, sections TEXT, kind TEXT, tokens INTEGER, text TEXT);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, heading, content='chunks', content_rowid='n', tokenize='porter unicode61');
+CREATE TABLE IF NOT EXISTS vectors (model TEXT, n INTEGER, vec BLOB, PRIMARY KEY (model, n)) WITHOUT ROWID;
+"""
+
+
+class BrokenIndex(HarveyError):
+    """An index file cannot be used (damaged, another schema); the indexer makes it anew."""
+
+    kind = "index"
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A chunk as the index keeps it: where it lies in the file and its text."""
+
+    n: int                           # 0-based chunk number
+    start: int
+    body_start: int
+    end: int
+    first_line: int
+    last_line: int
+    pages: tuple[int, int] | None
+    heading_path: tuple[str, ...]
+    sections: tuple[tuple[str, ...], ...]
+    kind: str
+    tokens: int
+    text: str
+
+
+def folder(data_dir: str | os.PathLike) -> Path:
+    """Where index files live."""
+    return Path(data_dir) / "indexes"
+
+
+def path_for(data_dir: str | os.PathLike, fingerprint: str) -> Path:
+    """The index file of a document with this chunker fingerprint."""
+    return folder(data_dir) / f"{fingerprint}.sqlite"
+
+
+class Index:
+    """An open index file; use as a context manager.  ``write``: the indexer's own connection."""
+
+    def __init__(self, path: str | os.PathLike, write: bool = False):
+        self.path = Path(path)
+        if write:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        elif not self.path.exists():
+            raise BrokenIndex(f"{self.path.name}: no such index")
+        self.db = None
+        try:
+            self.db = sqlite3.connect(self.path, timeout=10)
+            if write:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.executescript(_TABLES)
+            self._check_schema(write)
+        except sqlite3.DatabaseError as exc:
+            if self.db is not None:
+                self.db.close()
+            raise BrokenIndex(f"{self.path.name}: cannot be used as an index ({exc})") from exc
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _check_schema(self, write: bool) -> None:
+        """A new file gets this schema's number; an existing one must have it (reading it is also
+        what finds a file that is not SQLite at all)."""
+        if write:
+            with self.db:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
+        if self.meta("schema") != str(SCHEMA):
+            self.db.close()
+            raise BrokenIndex(f"{self.path.name}: an index of another schema")
+
+    # -- reading -------------------------------------------------------------------
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def chunk_count(self) -> int:
+        """How many chunks the file makes (0 until they are in)."""
+        return int(self.meta("chunks", "0"))
+
+    def has_chunks(self) -> bool:
+        return self.meta("chunks") is not None
+
+    def vector_count(self, model: str) -> int:
+        return self.db.execute("SELECT count(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
+
+    def missing(self, model: str) -> list[int]:
+        """Chunk numbers that have no vector from ``model`` yet, in order (what is left to embed)."""
+        rows = self.db.execute("SELECT n FROM chunks WHERE n NOT IN (SELECT n FROM vectors WHERE model = ?) "
+                               "ORDER BY n", (model,))
+        return [n for (n,) in rows]
+
+    def complete(self, model: str | None) -> bool:
+        """Every chunk is in, and (with a model) every chunk has its vector."""
+        if not self.has_chunks():
+            return False
+        return model is None or self.vector_count(model) == self.chunk_count()
+
+    def passages(self, numbers: Iterable[int]) -> list[Passage]:
+        """The chunks with these numbers, in document order."""
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return []
+        marks = ",".join("?" * len(wanted))
+        rows = self.db.execute(f'SELECT n, start, body_start, "end", first_line, last_line, first_page, last_page, '
+                               f"heading, sections, kind, tokens, text FROM chunks WHERE n IN ({marks}) ORDER BY n",
+                               wanted)
+        return [_passage(row) for row in rows]
+
+    def vectors(self, model: str) -> Iterator[tuple[int, bytes]]:
+        """Every (chunk number, unit float32 vector bytes) of ``model``."""
+        yield from self.db.execute("SELECT n, vec FROM vectors WHERE model = ?", (model,))
+
+    def fts(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """FTS5 hits for a MATCH expression, best first: (chunk number, BM25 score, higher is better).
+
+        The heading column weighs half the text's: a word in a section's title says something, but
+        the passage is what is sent."""
+        rows = self.db.execute("SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts "
+                               "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit))
+        return [(n, -rank) for n, rank in rows]
+
+    # -- writing (the indexer only) -------------------------------------------------------
+
+    def add_document(self, doc: chunking.Document, chunks: list[chunking.Chunk]) -> None:
+        """Every chunk and its FTS row, and what the index is of, in one transaction."""
+        with self.db:
+            if self.has_chunks():
+                return
+            for c in chunks:
+                pages = doc.source.pages_of(c.start, c.end) if doc.source is not None else None
+                heading = " › ".join(c.heading_path)
+                self.db.execute("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", (
+                    c.index, c.start, c.body_start, c.end, c.first_line, c.last_line,
+                    pages[0] if pages else None, pages[1] if pages else None,
+                    json.dumps(list(c.heading_path)), json.dumps([list(s) for s in c.sections]),
+                    c.kind, c.tokens, c.text))
+                self.db.execute("INSERT INTO chunks_fts (rowid, text, heading) VALUES (?,?,?)",
+                                (c.index, c.text, heading))
+            for key, value in (("path", doc.path or ""), ("content_hash", doc.content_hash), ("kind", doc.kind),
+                               ("fingerprint", doc.fingerprint), ("settings", doc.settings.fingerprint),
+                               ("tokens", str(doc.tokens)), ("chunks", str(len(chunks)))):
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]]) -> None:
+        """One batch of vectors, committed together (a batch cut off is embedded again, whole)."""
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
+                                [(model, n, pack(vec)) for n, vec in items])
+
+
+def _passage(row) -> Passage:
+    n, start, body_start, end, first_line, last_line, p0, p1, heading, sections, kind, tokens, text = row
+    return Passage(n, start, body_start, end, first_line, last_line, (p0, p1) if p0 is not None else None,
+                   tuple(json.loads(heading)), tuple(tuple(s) for s in json.loads(sections)), kind, tokens, text)
+
+
+def prune(data_dir: str | os.PathLike, keep: str, limit: int = MAX_INDEXES) -> list[Path]:
+    """Remove index files past ``limit``, least recently used first, never ``keep`` (a fingerprint):
+    the folder must not grow without bound as files change.  Returns what was removed."""
+    files = sorted(folder(data_dir).glob("*.sqlite"), key=lambda p: p.stat().st_mtime, reverse=True)
+    removed = []
+    for path in [p for p in files if p.stem != keep][max(0, limit - 1):]:
+        for extra in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            extra.unlink(missing_ok=True)
+        removed.append(path)
+    return removed

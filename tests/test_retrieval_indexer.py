@@ -1,0 +1,145 @@
+"""The retrieval indexer (issue 25, layer 2) against the scripted Ollama server over real HTTP:
+embedding in batches on the worker's "index" lane, an unchanged file never embedded twice, a
+changed file indexed anew, a cancel kept and resumed after a restart, keyword-only without an
+embedding model."""
+
+import dataclasses
+
+import pytest
+
+from app import chunking
+from app.config import RetrievalConfig
+from app.modelserver import connect
+from app.retrieval import index as ix
+from app.retrieval.indexer import KEYWORD_ONLY_NOTE, Indexer
+from app.work.activity import Activities
+from app.work.worker import Worker
+from conftest import make_config
+from haystacks import bag_vector, haystack
+from waiting import wait_until
+
+EMBEDDER = "nomic-embed-text:latest"
+
+
+@pytest.fixture
+def embedder(scripted):
+    scripted.models[EMBEDDER] = 2048
+    scripted.embed_fn = bag_vector
+    return scripted
+
+
+def new_indexer(tmp_path, server, **settings):
+    """An indexer as the app makes one: the real Ollama client, a worker with its lanes."""
+    config = make_config(tmp_path, server.url)
+    models = connect(config)
+    return Indexer(config.data_path, models, Worker(Activities()), RetrievalConfig(**settings))
+
+
+def write(tmp_path, text, name="harbour.md"):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def index_and_wait(indexer, path):
+    doc = indexer.document(path)
+    progress = indexer.request(doc)
+    indexer.wait(doc.fingerprint, 60)
+    return doc, progress
+
+
+def test_a_file_is_embedded_in_batches_with_the_document_prefix(tmp_path, embedder):
+    indexer = new_indexer(tmp_path, embedder, embed_batch=4)
+    doc, progress = index_and_wait(indexer, write(tmp_path, haystack(20)))
+    assert progress.state == "complete" and progress.model == EMBEDDER and progress.note == ""
+    total = len(chunking.chunk_document(doc))
+    assert progress.total == progress.embedded == total
+    sizes = [len(r.body["input"]) for r in embedder.embeds()]
+    assert sizes and max(sizes) == 4 and sum(sizes) == total
+    assert all(t.startswith("search_document: ") for t in embedder.embedded_texts())
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.complete(EMBEDDER)
+
+
+def test_an_unchanged_file_is_never_embedded_again_even_after_a_restart(tmp_path, embedder):
+    path = write(tmp_path, haystack(12))
+    index_and_wait(new_indexer(tmp_path, embedder), path)
+    before = len(embedder.embeds())
+    assert before > 0
+    again = new_indexer(tmp_path, embedder)              # a new process: nothing in memory
+    doc, progress = index_and_wait(again, path)
+    assert progress.state == "complete"
+    assert len(embedder.embeds()) == before               # no document text embedded again
+
+
+def test_a_changed_file_is_indexed_anew(tmp_path, embedder):
+    indexer = new_indexer(tmp_path, embedder)
+    path = write(tmp_path, haystack(12))
+    old, _ = index_and_wait(indexer, path)
+    before = len(embedder.embedded_texts())
+    path.write_text(haystack(12, {5: "The harbour closes for dredging every March."}), encoding="utf-8")
+    new, progress = index_and_wait(indexer, path)
+    assert new.fingerprint != old.fingerprint and progress.state == "complete"
+    texts = embedder.embedded_texts()[before:]
+    assert len(texts) == progress.total and any("dredging" in t for t in texts)
+    assert ix.path_for(tmp_path / "data", new.fingerprint).exists()
+
+
+def test_cancel_mid_index_keeps_what_was_done_and_a_restart_embeds_only_the_rest(tmp_path, embedder):
+    embedder.embed_delay = 0.15
+    path = write(tmp_path, haystack(40))
+    first = new_indexer(tmp_path, embedder, embed_batch=2)
+    doc = first.document(path)
+    progress = first.request(doc)
+    wait_until(lambda: progress.embedded >= 4, 60, "a few batches embedded")
+    assert first.cancel(doc.fingerprint)
+    first.wait(doc.fingerprint, 60)
+    assert progress.state == "cancelled" and 4 <= progress.embedded < progress.total
+    assert "cancelled after" in progress.note
+    done_before = progress.embedded
+    sent_before = embedder.embedded_texts()
+    assert len(sent_before) == done_before                # every batch sent was kept
+    embedder.embed_delay = 0.0
+    second = new_indexer(tmp_path, embedder, embed_batch=8)   # the server restarted
+    assert second.status(doc).state == "interrupted"
+    _, resumed = index_and_wait(second, path)
+    assert resumed.state == "complete" and resumed.embedded == resumed.total
+    sent_after = embedder.embedded_texts()[len(sent_before):]
+    assert len(sent_after) == resumed.total - done_before  # only the rest
+    assert not set(sent_after) & set(sent_before)
+
+
+def test_without_an_embedding_model_the_index_is_keyword_only_and_says_so(tmp_path, scripted):
+    indexer = new_indexer(tmp_path, scripted)
+    doc, progress = index_and_wait(indexer, write(tmp_path, haystack(10)))
+    assert progress.state == "complete" and progress.model is None
+    assert progress.note == KEYWORD_ONLY_NOTE and "ollama pull nomic-embed-text" in progress.note
+    assert scripted.embeds() == []
+    assert indexer.status(dataclasses.replace(doc)).complete
+
+
+def test_a_dead_server_mid_index_interrupts_and_the_next_request_finishes(tmp_path, embedder):
+    indexer = new_indexer(tmp_path, embedder, embed_batch=2)
+    path = write(tmp_path, haystack(20))
+    embedder.down = True                                  # every request answers 503
+    doc, progress = index_and_wait(indexer, path)
+    assert progress.state == "interrupted" and "503" in progress.note
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.has_chunks() and index.complete(None)      # keyword search works meanwhile
+    embedder.down = False
+    indexer.models.forget_models()
+    _, again = index_and_wait(indexer, path)
+    assert again.state == "complete" and again.model == EMBEDDER and again.embedded == again.total
+
+
+def test_a_damaged_index_file_is_made_anew(tmp_path, embedder):
+    indexer = new_indexer(tmp_path, embedder)
+    path = write(tmp_path, haystack(6))
+    doc = indexer.document(path)
+    target = ix.path_for(tmp_path / "data", doc.fingerprint)
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"garbage" * 500)
+    _, progress = index_and_wait(indexer, path)
+    assert progress.state == "complete"
+    with ix.Index(target) as index:
+        assert index.complete(EMBEDDER)
