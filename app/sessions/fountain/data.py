@@ -15,7 +15,7 @@ END_MARKER = ">THE END.<"
 CHUNK_DONE = "Chunk analysis complete. Synthesized result injected into conversation."
 
 
-@dataclass
+@dataclass(slots=True)
 class Element:
     """One element inside a scene.
 
@@ -31,7 +31,7 @@ class Element:
     paren: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class Scene:
     """A scene heading and its elements; heading "" holds text before the first heading."""
 
@@ -39,7 +39,7 @@ class Scene:
     elements: list[Element] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Screenplay:
     """A whole session file: ordered title page and scenes."""
 
@@ -47,7 +47,7 @@ class Screenplay:
     scenes: list[Scene] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ChunkAnalysis:
     """One chunked analysis of a file that overflowed the context (seed 000).
 
@@ -82,7 +82,7 @@ class ChunkAnalysis:
     unread: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Passage:
     """Where chunk ``chunk`` (1-based) of an analysed file lies, and the words its partial answer quoted.
 
@@ -102,7 +102,7 @@ class Passage:
     quotes: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Answer:
     """A further model's reply to the same message (FOUNTAIN_FORMAT.md's multi-model scene)."""
 
@@ -110,7 +110,7 @@ class Answer:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """One chat exchange as the web app shows it.
 
