@@ -77,6 +77,7 @@ def test_a_search_reads_each_session_once_until_it_changes(live, monkeypatch):
     """The first search makes each session's word file; the next reads only those (no session file is
     opened); a session changed since is read again, alone; the answers never change."""
     store = live.services.store
+    assert store.index().warmed.wait(10)                # the start-up warm-up (word files included) is done
     deep = write_session(store, T0, [("what about airships?", big_reply(40, "Zeppelin"), "tiny:1b")])
     other = write_session(store, T0 + timedelta(hours=1), [("fans", "The fan spins. 🌡️", "tiny:1b")])
     made: list[str] = []

@@ -79,20 +79,17 @@ class SessionIndex:
     def warm(self) -> None:
         """Parse every file once in the background at start, so the first visit to the list is fast too;
         then bring the search's word files up to date (and drop those of sessions gone meanwhile).
+        ``warmed`` is set when both are done, or failed.
 
-        Any failure is only logged: the next list request scans again and reports it.
+        Any failure is only logged: the next list request scans again and reports it, and a search
+        makes any word file it lacks.
         """
         try:
-            entries = self.entries()
+            self.words.refresh(self.entries())
         except Exception:  # noqa: BLE001 - a warm-up must never take a thread down
-            log.warning("session list warm-up failed", exc_info=True)
-            return
+            log.warning("session index warm-up failed", exc_info=True)
         finally:
             self.warmed.set()
-        try:
-            self.words.refresh(entries)
-        except Exception:  # noqa: BLE001 - the search reads the sessions themselves meanwhile
-            log.warning("search word files not brought up to date", exc_info=True)
 
     def entries(self) -> list[Summary]:
         """Every session, newest first (names sort by their timestamp)."""
