@@ -1,4 +1,9 @@
-"""The session file's data: elements, scenes, the screenplay, turns and chunk analyses (no parsing here)."""
+"""The session file's data: elements, scenes, the screenplay, turns and chunk analyses (no parsing here).
+
+Every class has ``slots``: a long session holds hundreds of thousands of these objects (a
+100,000-scene file: 300,000 elements and 100,000 turns), and without a per-instance dict its
+parsed play took 49.5 MB instead of 70.7 MB (issue 23, item 8).
+"""
 
 from __future__ import annotations
 
