@@ -175,11 +175,11 @@ def _reply_text(line: str) -> bool:
 def _append_elements(elements: list[Element], block: str, nl: int) -> None:
     """The paragraph's elements: its notes, one dialogue, or one action (``nl``: its first line break).
 
-    Only a paragraph that may be notes (its last line ends ``]]`` or is blank) is looked at
-    whole, and a dialogue's text is sliced from the paragraph, not split and joined again.
+    Only a paragraph that may be notes is looked at whole (it ends ``]]`` or in whitespace: a
+    superset of "its last line, stripped, is empty or ends ``]]``", and the test below is exact),
+    and a dialogue's text is sliced from the paragraph, not split and joined again.
     """
-    last = block[block.rfind("\n") + 1:].rstrip()
-    if not last or last.endswith("]]"):
+    if block.endswith("]]") or block[-1].isspace():
         whole = block.strip()
         if whole.startswith("[[") and whole.endswith("]]") and _NOTES_ONLY.fullmatch(whole):
             elements.extend(Element("note", _one_line(m[1])) for m in _NOTE.finditer(whole))
@@ -189,10 +189,11 @@ def _append_elements(elements: list[Element], block: str, nl: int) -> None:
         elements.append(Element("action", _decode_joined(block)))
         return
     text, paren = block[nl + 1:], ""
-    end = text.find("\n")
-    head = (text if end < 0 else text[:end]).strip()
-    if len(head) > 2 and head[0] == "(" and head[-1] == ")":  # our writer escapes such a text line
-        paren, text = _one_line(head[1:-1]), ("" if end < 0 else text[end + 1:])
+    if text[0] == "(" or text[0].isspace():                   # may be a parenthetical line
+        end = text.find("\n")
+        head = (text if end < 0 else text[:end]).strip()
+        if len(head) > 2 and head[0] == "(" and head[-1] == ")":  # our writer escapes such a text line
+            paren, text = _one_line(head[1:-1]), ("" if end < 0 else text[end + 1:])
     elements.append(Element("dialogue", _decode_joined(text), cue, paren))
 
 
