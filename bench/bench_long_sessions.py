@@ -116,12 +116,6 @@ def page_times(config: Config, path: str) -> tuple[tuple[float, int], tuple[floa
 
 
 def report(args, parses: dict, pages: dict, versus: dict, loads: tuple[str, str]) -> str:
-    parse_rows = "\n".join(f"| {label} | {size / 1e6:.2f} MB | {wall:.2f} s | {size / 1e6 / wall:.2f} MB/s "
-                           f"| {cpu:.2f} s | {size / 1e6 / cpu:.2f} MB/s |"
-                           for label, (size, wall, cpu) in parses.items())
-    (small, big) = (parses["1 MB"], parses[next(reversed(parses))])
-    ratio = (f"Whole file / 1 MB, MB/s: {(big[0] / big[1]) / (small[0] / small[1]):.2f} (wall), "
-             f"{(big[0] / big[2]) / (small[0] / small[2]):.2f} (CPU); 1.00 is linear.")
     page_rows = "\n".join(f"| {label} | {first[0]:.2f} s | {first[1] / 1024:.0f} KB | {second[0]:.2f} s "
                           f"| {second[1] / 1024:.0f} KB |" for label, (first, second) in pages.items())
     return f"""{SECTION}
@@ -134,11 +128,7 @@ Load average when the parse runs began: {loads[0]}; when they ended: {loads[1]} 
 
 Parse (`fountain.loads` + `fountain.turns`, the first parse of a fresh process, best of {args.runs}):
 
-| file | size | wall | speed (wall) | CPU | speed (CPU) |
-|---|---|---|---|---|---|
-{parse_rows}
-
-{ratio}
+{_parse_table(parses)}
 
 Pages (fresh app after its index warm-up; through waitress, httpx, body read):
 
@@ -148,12 +138,29 @@ Pages (fresh app after its index warm-up; through waitress, httpx, body read):
 {_versus(args, versus)}"""
 
 
+def _parse_table(parses: dict) -> str:
+    """The parse by size: wall and CPU seconds and speeds, and the whole file's MB/s over the 1 MB file's."""
+    rows = "\n".join(f"| {label} | {size / 1e6:.2f} MB | {wall:.2f} s | {size / 1e6 / wall:.2f} MB/s "
+                     f"| {cpu:.2f} s | {size / 1e6 / cpu:.2f} MB/s |" for label, (size, wall, cpu) in parses.items())
+    small, big = parses["1 MB"], parses[next(reversed(parses))]
+    return f"""| file | size | wall | speed (wall) | CPU | speed (CPU) |
+|---|---|---|---|---|---|
+{rows}
+
+Whole file / 1 MB, MB/s: {(big[0] / big[1]) / (small[0] / small[1]):.2f} (wall), {(big[0] / big[2]) / (small[0] / small[2]):.2f} (CPU); 1.00 is linear."""
+
+
 def _versus(args, versus: dict) -> str:
-    """The alternating before/after parse table, when ``--before`` was given."""
+    """The before checkout's parse by size and the alternating before/after table, when ``--before`` was given."""
     if not versus:
         return ""
-    rows = "\n".join(f"| {label} | {wall:.2f} s | {cpu:.2f} s |" for label, (wall, cpu) in versus.items())
+    before, loads = versus["sizes"]
+    rows = "\n".join(f"| {label} | {wall:.2f} s | {cpu:.2f} s |" for label, (wall, cpu) in versus["both"].items())
     return f"""
+The same parse by size with `--before {args.before}`'s `app` (load average {loads[0]} at the start, {loads[1]} at the end):
+
+{_parse_table(before)}
+
 Parse of the {args.scenes:,}-scene file, `--before {args.before}` (its `app`) and this checkout taking turns,
 each the first parse of a fresh process, best of {args.runs} each:
 
@@ -188,7 +195,10 @@ def main() -> None:
                  f"screenplay `/sessions/{NAME}`": page_times(config, f"/sessions/{NAME}")}
     versus = {}
     if args.before:
-        versus = parse_alternating({f"before ({args.before})": Path(args.before), "after (this checkout)": root},
+        began = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        before = parse_sizes(Path(args.before), counts, args.runs)
+        versus["sizes"] = (before, (began, " ".join(f"{x:.2f}" for x in os.getloadavg())))
+        versus["both"] = parse_alternating({f"before ({args.before})": Path(args.before), "after (this checkout)": root},
                                    args.scenes, args.runs)
     text = report(args, parses, pages, versus, loads)
     print(text)
