@@ -51,8 +51,10 @@ def collector_paused():
     A parse makes hundreds of thousands of objects that all live on and form no cycles; each
     full collection meanwhile walks every one of them again (and the rest of the heap).  Kept
     after the reader was made linear (issue 23, item 8) because it still pays: a 9.6 MB session's
-    first parse in a fresh process took 2.1 s of CPU paused and 2.9-3.2 s not (six full
-    collections instead of two), and the objects it makes hold no cycle to collect.  It is
+    first parse in a fresh process took 1.9-2.4 s of CPU paused and 2.6-2.8 s not (six full
+    collections instead of two), and 2.5-3.0 s against 3.3-3.7 s counting the collections that
+    follow once it is over (the collector's first passes over the new objects come after the parse
+    either way).  The objects it makes hold no cycle to collect.  It is
     process-wide, so it is held only for the parse itself, never across I/O, and nothing is
     lost: the collector resumes at the end.  Threads: only the call that paused it resumes it
     (a parse that starts while another holds it runs unpaused once that one ends).
