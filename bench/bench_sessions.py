@@ -19,6 +19,14 @@ body read):
 Goals (issue): the 1,000-turn session opens in under 0.5 s, the list of 500
 sessions in under 0.3 s.  ``--write`` replaces the "## Session pages" section
 of bench/RESULTS.md with the numbers.
+
+``--search [--sessions 500] [--session-kb 100] [--before DIR]`` (issue 23) times only the list's
+search, in-process on ``SessionIndex`` (no HTTP): the sessions of bench/bench_stream_list.py (about
+100 KB each, every reply with an emoji, one holding "zeppelin"), searched for "zeppelin" by this
+checkout's app and, with ``--before``, by DIR's (a subprocess each, the checkout first on the path):
+the first search (no word files yet: each session read once and its word file written), the next
+ones (median of 3), one after a single session changed, the bytes of the word files, and the
+tracemalloc peak of a search.  Prints a Markdown table; it writes nothing to RESULTS.md.
 """
 from __future__ import annotations
 
@@ -178,13 +186,84 @@ def write_results(text: str) -> Path:
     return write_section(SECTION, text)
 
 
+# Run in a subprocess with one checkout first on the path: times that checkout's SessionIndex.search.
+SEARCH_ONE = """
+import json, os, shutil, statistics, sys, time, tracemalloc
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from app.sessions import index as sessions
+folder = Path({folder!r})
+shutil.rmtree(folder / ".search", ignore_errors=True)
+index = sessions.SessionIndex(folder)
+index.entries()
+
+def timed(query):
+    start = time.perf_counter()
+    found = index.search(query)
+    return time.perf_counter() - start, len(found)
+
+first, hits = timed("zeppelin")
+warm = statistics.median(timed("zeppelin")[0] for _ in range(3))
+changed = sorted(folder.glob("*.spmd"))[0]
+with open(changed, "a", encoding="utf-8") as fh:
+    fh.write("\\n")
+after_change = timed("zeppelin")[0]
+tracemalloc.start()
+timed("zeppelin")
+peak = tracemalloc.get_traced_memory()[1]
+tracemalloc.stop()
+words = sum(p.stat().st_size for p in (folder / ".search").glob("*.words")) if (folder / ".search").is_dir() else 0
+print(json.dumps(dict(app=sessions.__file__, first=first, warm=warm, after_change=after_change, peak=peak,
+                      words=words, hits=hits)))
+"""
+
+
+def search_bench(args) -> None:
+    """Time the list's search on the bench_stream_list sessions, this checkout and ``--before``."""
+    import json
+    import subprocess
+
+    from bench_stream_list import write_sessions
+
+    sides = ([("before", Path(args.before).resolve())] if args.before else []) + [("after", ROOT)]
+    with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
+        folder = Path(tmp) / "sessions"
+        folder.mkdir()
+        written = write_sessions(folder, args.sessions, args.session_kb)
+        rows = []
+        for label, root in sides:
+            out = subprocess.run([sys.executable, "-c", SEARCH_ONE.format(root=str(root), folder=str(folder))],
+                                 cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True,
+                                 capture_output=True, text=True, timeout=3600)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            assert Path(r["app"]).is_relative_to(root), (r["app"], root)      # that checkout's app
+            rows.append(f"| {label} | {r['first']:.2f} s | {r['warm']:.3f} s | {r['after_change']:.3f} s "
+                        f"| {r['words'] / 1e6:.2f} MB | {r['peak'] / 1e6:.2f} MB | {r['hits']} |")
+    print(f"""`python bench/bench_sessions.py --search --sessions {args.sessions} --session-kb {args.session_kb}"""
+          f"""{f' --before {args.before}' if args.before else ''}`
+Machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}.
+{args.sessions} sessions, {written / 1e6:.1f} MB (bench_stream_list's: ~{args.session_kb} KB each, an emoji in every
+reply, one holding "zeppelin"); `SessionIndex.search("zeppelin")` in-process.
+
+| code | first search | next (median of 3) | after one session changed | word files | peak (tracemalloc) | hits |
+|---|---:|---:|---:|---:|---:|---:|
+""" + "\n".join(rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--big", type=int, default=1000)
     parser.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    parser.add_argument("--search", action="store_true", help="time only the list's search (see above)")
+    parser.add_argument("--sessions", type=int, default=500)
+    parser.add_argument("--session-kb", type=int, default=100)
+    parser.add_argument("--before", help="with --search: another checkout whose search is timed too")
     args = parser.parse_args()
+    if args.search:
+        search_bench(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         config = Config(ollama=OllamaConfig(url="http://127.0.0.1:9", connect_timeout_s=0.2),
                         server=ServerConfig(host="127.0.0.1", port=0), workspace=f"{tmp}/workspace",

@@ -154,6 +154,36 @@ def test_the_session_is_not_locked_while_a_named_file_is_sized(live_big, monkeyp
     assert "hello while it sizes" in text and "Summarize huge.txt" not in text
 
 
+def test_a_message_to_a_working_session_sizes_and_reads_no_file(live_big, spied, monkeypatch):
+    """While a reply holds the session, a message naming a file gets the busy card before the
+    file is sized or read (issue 23: the pre-lock work is skipped); once the reply is done the
+    same message is sized as usual."""
+    live, scripted, workspace = live_big
+    (workspace / "small.md").write_text("# Small\n\nA short note about the Pi.\n")
+    measured: list[str] = []
+    real_measure = chunking.measure
+    monkeypatch.setattr(chunking, "measure", lambda path: measured.append(Path(path).name) or real_measure(path))
+    replied = threading.Event()
+
+    def held_reply(body):
+        replied.wait(30)
+        return map_or_reduce(body)
+
+    scripted.script = held_reply
+    name = live.open_session()
+    try:
+        live.post(f"/s/{name}/messages", data={"message": "hello"})
+        wait_for(lambda: live.services.activities.working(name) == "reply", what="the reply to hold the session")
+        busy = live.post(f"/s/{name}/messages", data={"message": "What do huge.txt and small.md say?"})
+        assert busy.status_code == 409 and "being generated" in busy.text
+        assert measured == [] and spied == []
+    finally:
+        replied.set()
+    wait_for(lambda: live.services.activities.last(name).finished, what="the first reply")
+    live.post(f"/s/{name}/messages", data={"message": "What does small.md say?"})
+    assert "small.md" in measured and "small.md" in spied        # a free session: sized and read as before
+
+
 def test_an_estimated_plan_is_planned_exactly_by_the_worker_and_runs(tmp_path, scripted, make_live, monkeypatch):
     """With the read limit lowered, big.md's card comes from its measure; the worker reads it,
     plans it exactly (the real chunk count), and the run ends with the synthesis."""

@@ -730,12 +730,12 @@ def test_the_cycle_collector_is_paused_only_while_parsing():
     text = session_text(one_turn("q", "a"))
     assert gc.isenabled()
     seen = []
-    real = parser._add_block
+    real = parser._append_elements
     try:
-        parser._add_block = lambda play, block: seen.append(gc.isenabled()) or real(play, block)
+        parser._append_elements = lambda *args: seen.append(gc.isenabled()) or real(*args)
         spmd.loads(text)
     finally:
-        parser._add_block = real
+        parser._append_elements = real
     assert seen and not any(seen) and gc.isenabled()
     gc.disable()
     try:
@@ -755,3 +755,42 @@ def test_a_file_torn_inside_the_last_reply_keeps_what_was_written_of_it():
     text = session_text(*turns)
     read = spmd.turns(spmd.loads(text[:text.rindex("a199") + 3]))
     assert read[:199] == turns[:199] and read[-1].reply == "a19" and read[-1].stats is None
+
+
+# -- the reader's fast paths (issue 23 item 8) answer exactly as the general rule they stand for --------
+
+_SHAPES = st.lists(st.sampled_from([*"ab\\\u200b\u240d \t\n\u3000\x1c(", "INT. "]), max_size=12).map("".join)
+
+
+@given(_SHAPES)
+@settings(max_examples=400, deadline=None, database=None)
+def test_the_quick_escape_check_is_the_escape_regex(written):
+    from app.sessions.fountain import codec
+
+    assert codec._needs_decoding(written) == bool(codec._ESCAPED.search(written))
+
+
+_DATES = st.one_of(st.dates().map(lambda d: f"{d.year:04d}-{d.month:02d}-{d.day:02d}"),
+                   st.sampled_from(["2026-02-30", "2026-13-01", "２０２６-01-01"]))
+_CLOCKS = st.one_of(st.times().map(lambda t: f"{t:%H:%M:%S}"), st.times().map(lambda t: f"{t:%H:%M}"),
+                    st.times().map(lambda t: f"{t.hour}:{t:%M:%S}"), st.sampled_from(["", "24:00:00", "08:00:60"]))
+_STAMPS = st.builds(lambda head, date, sep, clock, tail: f"{head}{date}{sep}{clock}{tail}",
+                    st.sampled_from(["", "INT. HARVEY AND PI TALKING ", "x 1", "x 12"]), _DATES,
+                    st.sampled_from([" ", "T", "  ", "-", "x"]), _CLOCKS, st.sampled_from(["", "", " ", "\n", "x"]))
+
+
+@given(_STAMPS)
+@settings(max_examples=400, deadline=None, database=None)
+def test_the_heading_time_read_from_its_last_characters_is_the_searched_one(heading):
+    from app.sessions.fountain import parser
+
+    m = parser._TIMESTAMP.search(heading)
+    if m is None:
+        expected = None
+    else:
+        clock = (m[2] or "00:00").split(":")
+        try:
+            expected = datetime(*(int(p) for p in m[1].split("-")), *(int(p) for p in clock))
+        except ValueError:
+            expected = None
+    assert parser._timestamp(heading) == expected

@@ -11,6 +11,9 @@ import sys
 from dataclasses import fields
 from datetime import timedelta
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from app.sessions import index as sessions
 from test_session_pages import T0, listed, write_session
 
@@ -66,3 +69,93 @@ def test_search_reads_the_files_and_keeps_nothing(live, monkeypatch):
     assert all(not hasattr(e, "text") for e in store.index().entries())
     (store.folder / f"{deep}.spmd").unlink()                               # gone since the last scan
     assert [r[0] for r in listed(live, "fan")] == [other]
+
+
+# -- search through the word files (issue 23: a search read every session whole) -------------------------
+
+def test_a_search_reads_each_session_once_until_it_changes(live, monkeypatch):
+    """The first search makes each session's word file; the next reads only those (no session file is
+    opened); a session changed since is read again, alone; the answers never change."""
+    store = live.services.store
+    assert store.index().warmed.wait(10)                # the start-up warm-up (word files included) is done
+    deep = write_session(store, T0, [("what about airships?", big_reply(40, "Zeppelin"), "tiny:1b")])
+    other = write_session(store, T0 + timedelta(hours=1), [("fans", "The fan spins. 🌡️", "tiny:1b")])
+    made: list[str] = []
+    real_make = sessions.WordFiles.make
+    monkeypatch.setattr(sessions.WordFiles, "make", lambda self, name: made.append(name) or real_make(self, name))
+    assert [r[0] for r in listed(live, "zeppelin")] == [deep]
+    assert sorted(made) == sorted([deep, other])
+    words = store.folder / sessions.WORDS_DIR / f"{deep}.words"
+    assert words.stat().st_size < (store.folder / f"{deep}.spmd").stat().st_size / 20
+
+    made.clear()
+    opened: list[str] = []
+    real_open = sessions.Path.open
+    monkeypatch.setattr(sessions.Path, "open", lambda self, *a, **k: opened.append(self.name) or real_open(self, *a, **k))
+    assert [r[0] for r in listed(live, "ZEPPELIN airships")] == [deep]
+    assert {r[0] for r in listed(live, "fan 🌡️")} == {deep, other}
+    assert made == [] and not any(name.endswith(".spmd") for name in opened)
+
+    new = write_session(store, T0 + timedelta(hours=2), [("blimps", "A blimp has no frame.", "tiny:1b")])
+    store.rename(other, "Fans and blimps")                  # a change: its word file is stale
+    made.clear()
+    assert {r[0] for r in listed(live, "blimp")} == {new, other}     # the new title is searched
+    assert sorted(made) == sorted([other, new])
+
+
+def test_a_torn_or_foreign_word_file_is_made_again(live):
+    store = live.services.store
+    name = write_session(store, T0, [("what about airships?", "Zeppelins float. 🎈", "tiny:1b")])
+    assert [r[0] for r in listed(live, "zeppelins")] == [name]
+    words = store.folder / sessions.WORDS_DIR / f"{name}.words"
+    whole = words.read_bytes()
+    for damaged in (whole[:-3], whole.replace(b"zeppelins", b"zeppelinz"), b"", b"harvey-words 1 x y z\n"):
+        words.write_bytes(damaged)
+        if damaged.startswith(b"harvey-words 1 ") and len(damaged) == len(whole):
+            continue                          # same length and header: a cache edited by hand is not looked for
+        assert [r[0] for r in listed(live, "zeppelins 🎈")] == [name], damaged[:40]
+        assert words.read_bytes() == whole
+
+
+def test_the_start_up_makes_missing_word_files_and_drops_those_of_deleted_sessions(tmp_path, scripted, make_live):
+    from conftest import make_config
+
+    config = make_config(tmp_path, scripted.url)
+    first = make_live(config)
+    store = first.services.store
+    names = [write_session(store, T0 + timedelta(hours=i), [(f"q{i}", f"answer{i}", "tiny:1b")]) for i in range(3)]
+    folder = store.folder / sessions.WORDS_DIR
+    assert [r[0] for r in listed(first, "answer1")] == [names[1]]
+    (store.folder / f"{names[1]}.spmd").unlink()            # deleted by hand while the app is down
+    (folder / f"{names[2]}.words").unlink()
+    again = make_live(config)
+    assert again.services.store.index().warmed.wait(10)
+    from waiting import wait_for
+    wait_for(lambda: sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.words" for n in (names[0], names[2])),
+             what="the word files brought up to date")
+
+
+@given(st.lists(st.sampled_from(["Fan", "fAN", "ß", "SS", "straße", "\u200b", " ", "\n", "\r\n", "\t", "🌡️",
+                                 "x", "é", "E\u0301", "İ", "\x1c", "ǅ"]), max_size=30),
+       st.lists(st.sampled_from(["fan", "ss", "strasse", "x", "🌡️", "fanx", "e\u0301", "i̇", "ǆ", "an", "xfan"]),
+                min_size=1, max_size=3))
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_word_file_answers_as_reading_the_session_would(tmp_path, pieces, words):
+    """The words of a text, looked for in its word file: found exactly when the casefolded text (without the
+    writer's zero width spaces) holds them, a word cut by a read chunk's end included."""
+    folder = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    path = folder / "harvey-session-20260101-080000.spmd"
+    path.write_text("".join(pieces), encoding="utf-8", newline="")
+    with path.open(encoding="utf-8") as file:          # as the search reads it (universal newlines)
+        text = file.read().replace("\u200b", "").casefold()
+    st_ = path.stat()
+    files = sessions.WordFiles(folder)
+    expected = all(w in text for w in words)
+    saved = sessions.SEARCH_CHUNK
+    sessions.SEARCH_CHUNK = 3
+    try:
+        assert files.holds(path.stem, (st_.st_mtime_ns, st_.st_size), words) == expected     # made now
+        assert files.holds(path.stem, (st_.st_mtime_ns, st_.st_size), words) == expected     # read back
+    finally:
+        sessions.SEARCH_CHUNK = saved

@@ -134,7 +134,12 @@ def _files_first(svc, name: str, text: str, model: str | None) -> _Ready | None:
     """Size, read and plan the files ``text`` names, outside the session's lock (issue 23): the
     expensive part of a send.  The model is read from the session as it is now; if it differs
     under the lock, the files are prepared again there.  None: nothing could be prepared
-    (an unknown session or model): the locked path says why."""
+    (an unknown session or model), or the session is working (a reply, a compact, a running
+    analysis): the locked path says why.  Busy is looked at first so a message that will get
+    the busy card sizes and reads nothing; the check under the lock stays the one that decides
+    (the session may become busy, or free, in between: then the files are prepared there)."""
+    if svc.activities.working(name):
+        return None
     try:
         model = model or session_model(svc, svc.store.load(name))
         mentioned, rest = split_mention(text, svc.models.models())

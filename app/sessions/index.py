@@ -4,8 +4,10 @@ The files stay the truth; this is a cache keyed by (mtime, size) that the list
 reads, so listing hundreds of sessions does not parse hundreds of files per
 request on a Pi. A summary is metadata and a one-line preview, never the
 session's text (issue 23 item 5: the text made the index as big as the archive,
-four times that once a file held one emoji); a search reads the files, a chunk
-at a time, and keeps nothing. Each summary also keeps the session's chunk
+four times that once a file held one emoji). A search reads, for each session, a
+small file of its distinct words (``.search/NAME.words`` in the sessions folder, made
+from the session at the first search after it changed, and at start-up), a chunk at a
+time, and keeps nothing in memory. Each summary also keeps the session's chunk
 instructions (its INT. CHUNK ANALYSIS scenes' user lines, seed 000 D5), which the
 alert card offers again (app/analysis/library.py). The store, the one writer,
 calls ``forget`` on every write; files written by others (the terminal Harvey,
@@ -72,16 +74,20 @@ class SessionIndex:
         self._lock = threading.Lock()
         self._entries: dict[str, Summary] = {}
         self.warmed = threading.Event()
+        self.words = WordFiles(self.folder)
 
     def warm(self) -> None:
-        """Parse every file once in the background at start, so the first visit to the list is fast too.
+        """Parse every file once in the background at start, so the first visit to the list is fast too;
+        then bring the search's word files up to date (and drop those of sessions gone meanwhile).
+        ``warmed`` is set when both are done, or failed.
 
-        Any failure is only logged: the next list request scans again and reports it.
+        Any failure is only logged: the next list request scans again and reports it, and a search
+        makes any word file it lacks.
         """
         try:
-            self.entries()
+            self.words.refresh(self.entries())
         except Exception:  # noqa: BLE001 - a warm-up must never take a thread down
-            log.warning("session list warm-up failed", exc_info=True)
+            log.warning("session index warm-up failed", exc_info=True)
         finally:
             self.warmed.set()
 
@@ -115,33 +121,132 @@ class SessionIndex:
         return [i for s in self.entries() for i in reversed(s.instructions)]
 
     def search(self, query: str) -> list[Summary]:
-        """Sessions whose file holds every word of ``query`` (case-insensitive), read from the files."""
+        """Sessions whose file holds every word of ``query`` (case-insensitive), as a substring anywhere.
+
+        Each session is looked up in its word file; one missing or older than the session is made
+        again from the session first (a search after a change reads that session once)."""
         words = query.casefold().split()
-        return [s for s in self.entries() if _holds(self.folder / f"{s.name}{SUFFIX}", words)]
+        return [s for s in self.entries() if self.words.holds(s.name, s.key, words)]
 
 
 SEARCH_CHUNK = 1 << 20       # characters read at a time: a search's memory stays flat, its loop in C
 
 
-def _holds(path: Path, words: list[str]) -> bool:
-    """Whether the file holds every word, read a chunk at a time and stopping once all are found.
-
-    Each chunk keeps the previous one's last characters, so a word across the boundary is found.
-    A file gone since the scan holds nothing.
+def _finds_all(file, words: list[str]) -> bool:
+    """Whether the rest of a word file holds every word, read a chunk at a time and stopping once all
+    are found.  Each chunk keeps the previous one's last characters, so a word across the boundary is found.
     """
     missing, keep, carried = set(words), max(map(len, words), default=1) - 1, ""
-    try:
-        with path.open(encoding="utf-8", errors="replace") as file:
-            while missing and (chunk := file.read(SEARCH_CHUNK)):
-                text = carried + chunk.replace(_ZWSP, "").casefold()
-                missing = {w for w in missing if w not in text}
-                carried = text[len(text) - keep:] if keep else ""
-    except OSError:
-        return False
+    while missing and (chunk := file.read(SEARCH_CHUNK)):
+        text = carried + chunk
+        missing = {w for w in missing if w not in text}
+        carried = text[len(text) - keep:] if keep else ""
     return not missing
 
 
 _ZWSP = "\u200b"      # the writer's guard before some lines (README "Sessions are screenplays"), not text
+WORDS_DIR = ".search"        # beside .trash/ in the sessions folder; ``names()`` does not look inside
+_WORDS_MAGIC = "harvey-words 1"
+
+
+class WordFiles:
+    """One file per session holding its distinct words, so a search reads those, not the sessions.
+
+    A query word never holds whitespace, so it occurs in a session's text (casefolded, without the
+    writer's zero width spaces) exactly when it occurs inside one of that text's whitespace-separated
+    words: the file lists each of those once, one a line, and answers a search exactly as reading the
+    session would (issue 23: 500 sessions were read whole for a word none held).  Its first line names
+    the session's (mtime, size) it was made from and its own length; a file that does not match is made
+    again from the session.  The files are a cache: written without fsync, any of them may be deleted.
+    """
+
+    def __init__(self, folder: Path):
+        self.sessions = Path(folder)
+        self.folder = self.sessions / WORDS_DIR
+        self._failed = False          # a write failed once (logged once, not per session and search)
+
+    def path(self, name: str) -> Path:
+        return self.folder / f"{name}.words"
+
+    def holds(self, name: str, key: tuple[int, int], words: list[str]) -> bool:
+        """Whether session ``name`` (as of ``key``) holds every word; its word file is made if it is stale."""
+        try:
+            with self.path(name).open(encoding="utf-8", errors="replace") as file:
+                if _current(file, key):
+                    return _finds_all(file, words)
+        except OSError:
+            pass
+        made = self.make(name)
+        return made is not None and all(w in made for w in words)   # no "\n" in a word: one line each
+
+    def make(self, name: str) -> str | None:
+        """Read session ``name`` once and write its word file; its words one a line, or None when the
+        session cannot be read (gone since the scan: it holds nothing).  A file that cannot be written
+        is only logged (once): the words read are still the answer."""
+        try:
+            with (self.sessions / f"{name}{SUFFIX}").open(encoding="utf-8", errors="replace") as file:
+                st = os.fstat(file.fileno())
+                listed = "\n".join(sorted(_distinct_words(file))) + "\n"
+        except OSError:
+            return None
+        body = listed.encode("utf-8")
+        head = f"{_WORDS_MAGIC} {st.st_mtime_ns} {st.st_size} {len(body)}\n".encode()
+        tmp = self.folder / f".{name}.{threading.get_ident()}.tmp"
+        try:
+            self.folder.mkdir(exist_ok=True)
+            tmp.write_bytes(head + body)
+            os.replace(tmp, self.path(name))
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if not self._failed:
+                self._failed = True
+                log.warning("search word files cannot be written in %s (%s): each search reads the sessions",
+                            self.folder, exc)
+        return listed
+
+    def refresh(self, entries: list["Summary"]) -> None:
+        """Make every missing or stale word file, and delete those of sessions no longer there."""
+        for entry in entries:
+            try:
+                with self.path(entry.name).open(encoding="utf-8", errors="replace") as file:
+                    if _current(file, entry.key):
+                        continue
+            except OSError:
+                pass
+            self.make(entry.name)
+        keep = {f"{e.name}.words" for e in entries}
+        try:
+            with os.scandir(self.folder) as it:
+                stale = [found.path for found in it if found.name.endswith(".words") and found.name not in keep]
+        except FileNotFoundError:
+            return
+        for path in stale:
+            Path(path).unlink(missing_ok=True)
+
+
+def _current(file, key: tuple[int, int]) -> bool:
+    """Whether an open word file was made from the session as of ``key`` and is whole (its first line
+    says so and the file is as long as it says)."""
+    head = file.readline().split()
+    if len(head) != 5 or " ".join(head[:2]) != _WORDS_MAGIC or not all(h.isdigit() for h in head[2:]):
+        return False
+    total = len(" ".join(head).encode()) + 1 + int(head[4])
+    return (int(head[2]), int(head[3])) == key and os.fstat(file.fileno()).st_size == total
+
+
+def _distinct_words(file) -> set[str]:
+    """The distinct whitespace-separated words of a text file, casefolded, read a chunk at a time
+    (a word cut by a chunk's end is carried into the next chunk)."""
+    found: set[str] = set()
+    carried = ""
+    while chunk := file.read(SEARCH_CHUNK):
+        text = carried + chunk.replace(_ZWSP, "").casefold()
+        words = text.split()
+        carried = words.pop() if words and not text[-1].isspace() else ""
+        found.update(words)
+    if carried:
+        found.add(carried)
+    return found
 
 
 def _summarize(name: str, path: Path, key: tuple[int, int]) -> Summary:

@@ -1,4 +1,9 @@
-"""The session file's data: elements, scenes, the screenplay, turns and chunk analyses (no parsing here)."""
+"""The session file's data: elements, scenes, the screenplay, turns and chunk analyses (no parsing here).
+
+Every class has ``slots``: a long session holds hundreds of thousands of these objects (a
+100,000-scene file: 300,000 elements and 100,000 turns), and without a per-instance dict its
+parsed play took 49.5 MB instead of 70.7 MB (issue 23, item 8).
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ END_MARKER = ">THE END.<"
 CHUNK_DONE = "Chunk analysis complete. Synthesized result injected into conversation."
 
 
-@dataclass
+@dataclass(slots=True)
 class Element:
     """One element inside a scene.
 
@@ -31,7 +36,7 @@ class Element:
     paren: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class Scene:
     """A scene heading and its elements; heading "" holds text before the first heading."""
 
@@ -39,7 +44,7 @@ class Scene:
     elements: list[Element] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Screenplay:
     """A whole session file: ordered title page and scenes."""
 
@@ -47,7 +52,7 @@ class Screenplay:
     scenes: list[Scene] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ChunkAnalysis:
     """One chunked analysis of a file that overflowed the context (seed 000).
 
@@ -85,7 +90,7 @@ class ChunkAnalysis:
     rag: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Passage:
     """Where chunk ``chunk`` (1-based) of an analysed file lies, and the words its partial answer quoted.
 
@@ -105,7 +110,7 @@ class Passage:
     quotes: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class Answer:
     """A further model's reply to the same message (FOUNTAIN_FORMAT.md's multi-model scene)."""
 
@@ -113,7 +118,7 @@ class Answer:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """One chat exchange as the web app shows it.
 

@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import replace
 from datetime import datetime
+from functools import lru_cache
 
 from .chunks import _read_chunk, chunk_scene
 from .codec import _user_cue, model_cue
@@ -218,9 +219,9 @@ def _read_turns(play: Screenplay) -> list[Turn]:
         m = _TALKING.fullmatch(scene.heading)
         reader.index = i
         if m:
-            before = len(reader.out)
-            reader.scene(scene, m["user"].strip(), _timestamp(m["rest"]))
-            if _ASIDE.match(m["rest"] or "") and _ASIDE.match(m["rest"])["aside"].upper() == _SUPERSEDED:
+            before, rest = len(reader.out), m["rest"]
+            reader.scene(scene, m["user"].strip(), _timestamp(rest))
+            if "," in rest and (aside := _ASIDE.match(rest)) and aside["aside"].upper() == _SUPERSEDED:
                 for turn in reader.out[before:]:
                     turn.superseded = True
             if pending:
@@ -286,7 +287,7 @@ class _TurnReader:
             prev.shared = self.cur.shared = True
 
     def dialogue(self, el: Element) -> None:
-        speaker = el.character.split("(", 1)[0].strip().upper()
+        speaker = _speaker(el.character)
         text = f"({el.paren})\n{el.text}" if el.paren else el.text
         if speaker == self.user:
             self.start(self.mention + text)
@@ -385,6 +386,14 @@ class _TurnReader:
             return
         self.out.insert(at, Turn(analysis.when, None, analysis.model or None, analysis.answer,
                                  analysis=analysis, scenes=(index, index)))
+
+
+@lru_cache(maxsize=256)
+def _speaker(character: str) -> str:
+    """Who a cue names, to compare with the user and HARVEY ("LLAMA3.2 (chunk 1/3)" -> "LLAMA3.2").
+
+    Cached (bounded): a session has a few characters and asks this for every dialogue."""
+    return character.split("(", 1)[0].strip().upper()
 
 
 def _join(old: str | None, new: str) -> str:
