@@ -76,8 +76,12 @@ def post_multipart(live, path, fields=None, files=None, **kw):
 
 
 @pytest.fixture
-def guarded(tmp_path, scripted, make_live):
-    """A signed-in app that requires a password; a session with one turn; workspace files and a link out."""
+def guarded(tmp_path, scripted, make_live, monkeypatch):
+    """A signed-in app that requires a password; a session with one turn; workspace files and a link out.
+
+    Its password is hashed at scrypt n=2**10, not 2**15 (0.15 s of CPU per check, two or more per test):
+    these tests are about who gets in; the real cost is checked by the password-file test."""
+    monkeypatch.setattr(auth, "SCRYPT_N", 2 ** 10)
     base = make_config(tmp_path, scripted.url)
     config = dataclasses.replace(base, auth="password",
                                  server=dataclasses.replace(base.server, max_upload_mb=1, max_message_kb=8))
