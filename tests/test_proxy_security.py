@@ -53,6 +53,13 @@ def serve():
         app.close()
 
 
+@pytest.fixture(autouse=True)
+def cheap_password_hash(monkeypatch):
+    """Passwords here are hashed at scrypt n=2**10, not 2**15 (0.15 s of CPU per check, and the throttle
+    tests check many): these tests are about who gets in; test_security checks the real cost."""
+    monkeypatch.setattr(auth, "SCRYPT_N", 2 ** 10)
+
+
 def configured(tmp_path, scripted, *, auth_mode="auto", host="127.0.0.1", trusted_proxy=None, password=True):
     base = make_config(tmp_path, scripted.url, auth=auth_mode)
     config = dataclasses.replace(base, server=dataclasses.replace(base.server, host=host,

@@ -50,6 +50,13 @@ def wait_reply(live, name, timeout=90):
     return gen
 
 
+def real_config(tmp_path, demo_model):
+    """The test config for the real model, whose first byte may take many seconds on a busy machine
+    (it reads the whole prompt first): the 5 s read timeout is for the scripted server."""
+    config = make_config(tmp_path, demo_model.url, model=MODEL)
+    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, timeout_s=120.0))
+
+
 def small_window(config, window=512):
     """A small window keeps the 135M model's replies short (num_predict fills what is free)."""
     from app.config import BudgetConfig, ModelConfig
@@ -58,7 +65,7 @@ def small_window(config, window=512):
 
 
 def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
-    config = small_window(make_config(tmp_path, demo_model.url, model=MODEL))
+    config = small_window(real_config(tmp_path, demo_model))
     first = make_live(config)
     name = first.open_session()
     first.post(f"/s/{name}/messages", data={"message": "My cat is called Pixel. Say hello to her."})
@@ -81,7 +88,7 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
 
 
 def test_three_chunk_analysis_end_to_end(tmp_path, demo_model, make_live):
-    config = make_config(tmp_path, demo_model.url, model=MODEL)
+    config = real_config(tmp_path, demo_model)
     config = dataclasses.replace(config, chunking=ChunkingConfig(chunk_size_tokens=300, map_reply_tokens=48),
                                  models={MODEL: dataclasses.replace(config.model(MODEL), context_window=2048)})
     workspace = Path(config.workspace)

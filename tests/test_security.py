@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -75,8 +76,12 @@ def post_multipart(live, path, fields=None, files=None, **kw):
 
 
 @pytest.fixture
-def guarded(tmp_path, scripted, make_live):
-    """A signed-in app that requires a password; a session with one turn; workspace files and a link out."""
+def guarded(tmp_path, scripted, make_live, monkeypatch):
+    """A signed-in app that requires a password; a session with one turn; workspace files and a link out.
+
+    Its password is hashed at scrypt n=2**10, not 2**15 (0.15 s of CPU per check, two or more per test):
+    these tests are about who gets in; the real cost is checked by the password-file test."""
+    monkeypatch.setattr(auth, "SCRYPT_N", 2 ** 10)
     base = make_config(tmp_path, scripted.url)
     config = dataclasses.replace(base, auth="password",
                                  server=dataclasses.replace(base.server, max_upload_mb=1, max_message_kb=8))
@@ -361,16 +366,22 @@ def test_login_page_without_a_token_is_refused(guarded):
     assert response.status_code == 403
 
 
-def test_repeated_wrong_passwords_are_slowed_with_429_not_sleep(guarded):
+def test_repeated_wrong_passwords_are_slowed_with_429_not_sleep(guarded, monkeypatch):
     live, _ = guarded
     now = [1000.0]
     state = live.app.extensions["harvey_auth"]
     state.per_client.clock = state.everyone.clock = lambda: now[0]
-    statuses = []
-    for _ in range(4):
-        started = time.monotonic()
-        statuses.append(_wrong_password(live, "").status_code)
-        assert time.monotonic() - started < 2.0                  # no long sleep on a waitress thread
+    slept = []
+    real_sleep = time.sleep
+
+    def watched_sleep(seconds):
+        """Record a sleep called from the app's own code (a waitress thread held), then sleep."""
+        if f"{os.sep}app{os.sep}" in sys._getframe(1).f_code.co_filename:
+            slept.append((sys._getframe(1).f_code.co_name, seconds))
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", watched_sleep)
+    statuses = [_wrong_password(live, "").status_code for _ in range(4)]
     assert statuses == [401, 401, 401, 401]
     blocked = _login_with(live, PASSWORD)
     assert blocked.status_code == 429 and "try again in" in blocked.text
@@ -381,6 +392,7 @@ def test_repeated_wrong_passwords_are_slowed_with_429_not_sleep(guarded):
     assert again.status_code == 429 and int(again.headers["Retry-After"]) >= 4   # doubled
     now[0] += 5
     assert _login_with(live, PASSWORD).status_code == 303
+    assert slept == []                                            # no sleep on a waitress thread
 
 
 def _login_with(live, password):

@@ -200,14 +200,39 @@ def test_stop_on_an_unknown_session_is_404(live):
 # -- problem 11: work stays flat; long sessions are paged ----------------------------------
 
 def write_long_session(s: SessionStore, turns: int) -> str:
+    """A session of ``turns`` turns ("question i", "answer **i**", one second apart), as the app writes it.
+
+    The writer's own text of a middle turn is repeated with its number and time changed (the
+    writer itself took 8 s of CPU for 100,000 turns); the copy is checked against the writer."""
     name = s.create("tiny:1b", now=T0).name
-    page = fountain.new_title_page("tester", "tiny:1b", "ollama", T0)
-    scenes = []
-    for i in range(turns):
-        t = fountain.Turn(T0 + timedelta(seconds=i), f"question {i}", "tiny:1b", f"answer **{i}**")
-        scenes.extend(fountain.turn_scenes(t, s.user_name, s.workspace))
-    (s.folder / f"{name}.spmd").write_text(fountain.dumps(fountain.Screenplay(page, scenes)))
+    (s.folder / f"{name}.spmd").write_text(long_session_text(s, turns))
     return name
+
+
+def long_session_text(s: SessionStore, turns: int) -> str:
+    """The text of a ``turns``-turn session (at least 3), from the writer's text of three turns."""
+    def written(n):
+        scenes = [scene for i in range(n) for scene in fountain.turn_scenes(
+            fountain.Turn(T0 + timedelta(seconds=i), f"question {i}", "tiny:1b", f"answer **{i}**"),
+            s.user_name, s.workspace)]
+        return fountain.dumps(fountain.Screenplay(fountain.new_title_page("tester", "tiny:1b", "ollama", T0), scenes))
+
+    def when(i):
+        return (T0 + timedelta(seconds=i)).strftime("%Y-%m-%d %H:%M:%S")
+
+    def turn(block, was, i):
+        return (block.replace(f"question {was}\n", f"question {i}\n")
+                .replace(f"answer **{was}**\n", f"answer **{i}**\n").replace(when(was), when(i)))
+
+    three = written(3)
+    starts = [three.rindex("\nINT.", 0, three.index(when(i), three.index("FADE IN:"))) + 1 for i in (1, 2)]
+    head, middle, last = three[:starts[0]], three[starts[0]:starts[1]], three[starts[1]:]
+
+    def copied(n):
+        return "".join([head, *(turn(middle, 1, i) for i in range(1, n - 1)), turn(last, 2, n - 1)])
+
+    assert copied(12) == written(12), "the copied turn is not what the writer writes"
+    return copied(turns)
 
 
 @pytest.mark.slow          # writes and parses a 9 MB session: a benchmark-sized test (25-75 s here)
