@@ -5,6 +5,7 @@ never about what a 135M model says.
 """
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from app.modelserver import ContextExceeded
 from app.modelserver.ollama import OllamaServer
 from app.sessions import fountain
-from app.config import ChunkingConfig
+from app.config import BudgetConfig, ChunkingConfig, ModelConfig, RetrievalConfig
 from conftest import make_config
 
 pytestmark = pytest.mark.realmodel
@@ -121,3 +122,40 @@ def test_harvey_check_against_the_demo_model(tmp_path, demo_model):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"* {MODEL}: trained context 8192, window used (num_ctx) 8192" in result.stdout
     assert result.stdout.rstrip().endswith("ok")
+
+
+def test_answer_from_passages_with_the_real_embedding_model(tmp_path, demo_model, make_live):
+    """The card's second choice on the real path (issue 25): the demo's all-MiniLM embeds every passage
+    and the question, SmolLM2 answers in one request that fits its window, and the planted passage is
+    among the sources."""
+    config = real_config(tmp_path, demo_model)
+    config = dataclasses.replace(config, models={MODEL: ModelConfig(context_window=2048)},
+                                 budget=BudgetConfig(reply_tokens=64),
+                                 retrieval=RetrievalConfig(embed_model="all-minilm", passages=3))
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    topics = ["orchards and apples", "bakeries and bread", "canals and boats", "mines and coal", "looms and wool",
+              "bells and towers", "ferries and tides", "kilns and clay", "mills and grain", "forges and iron"]
+    sections = [f"## {topic.title()}\n\n" + "\n\n".join(
+        f"Paragraph {j} about {topic}: the town records {topic} in its ledgers, season after season, "
+        f"with notes on weather, prices and the people who worked there." for j in range(12))
+        for topic in topics]
+    fact = "The lighthouse keeper's parrot is named Admiral Pepper and speaks only Portuguese."
+    sections[7] += f"\n\n{fact}\n"
+    (workspace / "town.md").write_text("\n\n".join(sections), encoding="utf-8")
+    live = make_live(config)
+    session = live.open_session()
+    question = "What is the lighthouse keeper's parrot called in town.md?"
+    card = live.post(f"/s/{session}/messages", data={"message": question}).text
+    assert "Answer from the most relevant passages" in card
+    job = live.services.jobs.open_for(session)
+    live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": question, "way": "retrieve"})
+    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=400))
+    assert events and job.state == "done", (job.state, job.message)
+    assert "all-minilm" in job.rag_search and 0 < len(job.rag) <= job.rag_chunks
+    text = (workspace / "town.md").read_text()
+    assert any(fact in text[p["start"]:p["end"]] for p in job.rag), job.rag
+    assert job.prompt_tokens + 64 <= 2048
+    recorded = (live.services.store.folder / f"{session}.spmd").read_text()
+    assert re.search(rf"\[\[rag: {len(job.rag)} chunks from town\.md, top score \d\.\d\d\]\]", recorded)
+    assert fountain.turns(fountain.loads(recorded))[-1].reply
