@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from app.analysis import execute
+from app.analysis import execute, plan
 from scripted_ollama import Reply, failing
 from test_analysis import big_file_config, map_or_reduce, start_job
 from waiting import wait_for
@@ -149,6 +149,25 @@ def test_stop_with_two_calls_in_flight_cancels_both_and_frees_the_session(tmp_pa
         assert rec.finished.wait(10) and rec.disconnected               # the server saw both hang-ups
     assert live.services.activities.holder(name) is None               # the session is free
     assert len(scripted.chats()) == 2 and job.results == {}            # nothing more was started
+
+
+def test_a_stop_during_a_re_plan_keeps_the_answer_that_already_arrived(tmp_path, scripted, make_live,
+                                                                      monkeypatch):
+    """Chunk 2 ends first and waits for chunk 1; the Stop lands while the re-plan after chunk 1 is
+    computed (the re-plan is where it lands, to make the race certain): chunk 2's answer is kept."""
+    scripted.script = timed_maps({1: 1.0, 2: 0.0}, default=0.05)
+    live = make_live(parallel_config(tmp_path, scripted))
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+
+    def replan(svc, stopped, doc, done):
+        live.services.jobs.cancel(stopped)
+        return dict(chunks=stopped.chunks, message=stopped.message)
+    monkeypatch.setattr(plan, "replan", replan)
+    wait_state(job, "choose", timeout=30)
+    answered = {chunk_of(c.body) for c in scripted.chats() if c.finished.is_set() and not c.disconnected}
+    assert {1, 2} <= answered
+    assert {0, 1} <= set(job.results), "an answer the server gave was not kept"
 
 
 def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(tmp_path, scripted, make_live):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .. import chunking
 from ..work.activity import Activity, Part
 from . import plan
-from .job import ChunkResult, Job
+from .job import ChunkResult, InvalidTransition, Job
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,21 @@ class MapQueue:
                     self._commit()
             except BaseException:
                 self._cancel_all()      # (the job moved on under us): the pool's exit waits for no call
+                self._keep_landed()
                 raise
         self._commit(everything=True)
         if self.interrupted is not None and not self.runner._stopped(self.job):
             self.ex._interrupt(self.job, self.interrupted)
             return False
         return True
+
+    def _keep_landed(self) -> None:
+        """The run fails: answers that already arrived are still recorded (the docstring's promise),
+        without letting a second error hide the first."""
+        try:
+            self._commit(everything=True)
+        except Exception:
+            log.exception("analysis %s: the answers that arrived could not be recorded", self.job.id)
 
     def _stopping(self) -> bool:
         return self.interrupted is not None or self.runner._stopped(self.job)
@@ -143,7 +152,10 @@ class MapQueue:
         log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are re-sized "
                  "(%d chunks in all, were %d)", job.id, job.file, job.measured_bpt, job.bytes_per_token,
                  changes["chunks"], job.chunks)
-        self.ex.machine.update(job, expect="running", **changes)
+        try:
+            self.ex.machine.update(job, expect="running", **changes)
+        except InvalidTransition:       # stopped meanwhile: the loop sees it; what landed is kept
+            return
         self.chunks = plan.job_chunks(svc, job, self.doc)
         self.todo = [c for c in self.chunks[started:] if not self._answered(c.index)]
         self.runner._progress(job)
