@@ -159,3 +159,37 @@ def test_a_word_file_answers_as_reading_the_session_would(tmp_path, pieces, word
         assert files.holds(path.stem, (st_.st_mtime_ns, st_.st_size), words) == expected     # read back
     finally:
         sessions.SEARCH_CHUNK = saved
+
+
+def test_a_same_size_rewrite_in_the_same_clock_tick_is_searched_anew(live):
+    """The (mtime, size) key misses a same-size rewrite within the file system's timestamp granularity
+    (coarse on some SD-card file systems): the store's write drops the word file too."""
+    import os
+    store = live.services.store
+    assert store.index().warmed.wait(10)
+    name = write_session(store, T0, [("colours", "The sky was grey all day.", "tiny:1b")], title="grey cats")
+    assert [r[0] for r in listed(live, "grey")] == [name]
+    path = store.folder / f"{name}.spmd"
+    before = path.stat()
+    store.rename(name, "blue cats")
+    assert path.stat().st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))     # the same tick, as a coarse clock gives
+    assert [r[0] for r in listed(live, "blue cats")] == [name]
+    assert [r[0] for r in listed(live, "cats grey sky")] == [name]   # "grey" is still in the reply
+    assert listed(live, "blue grey") and not listed(live, "grey cats blue whales")
+
+
+def test_a_session_with_too_many_distinct_words_is_read_not_listed(live, monkeypatch):
+    """Making a word file holds the distinct words in memory: past MAX_WORDS (pasted logs, ids) the
+    session gets none and a search reads it a chunk at a time, with the same answers."""
+    monkeypatch.setattr(sessions, "MAX_WORDS", 50)
+    store = live.services.store
+    assert store.index().warmed.wait(10)
+    log = " ".join(f"id-{i:05d}" for i in range(400))
+    many = write_session(store, T0, [("a log", f"Here it is: {log} and a Quokka.", "tiny:1b")])
+    few = write_session(store, T0 + timedelta(hours=1), [("hello", "Hi there, quokka fan.", "tiny:1b")])
+    assert {r[0] for r in listed(live, "quokka")} == {many, few}
+    assert [r[0] for r in listed(live, "ID-00399 quokka")] == [many]
+    assert listed(live, "id-00400") == []
+    folder = store.folder / sessions.WORDS_DIR
+    assert not (folder / f"{many}.words").exists() and (folder / f"{few}.words").exists()

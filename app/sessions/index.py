@@ -115,6 +115,7 @@ class SessionIndex:
         """
         with self._lock:
             self._entries.pop(name, None)
+        self.words.forget(name)
 
     def instructions(self) -> list[Instruction]:
         """Every session's chunk instructions (the prompt library's source), newest session first."""
@@ -132,19 +133,22 @@ class SessionIndex:
 SEARCH_CHUNK = 1 << 20       # characters read at a time: a search's memory stays flat, its loop in C
 
 
-def _finds_all(file, words: list[str]) -> bool:
-    """Whether the rest of a word file holds every word, read a chunk at a time and stopping once all
-    are found.  Each chunk keeps the previous one's last characters, so a word across the boundary is found.
+def _finds_all(file, words: list[str], fold: bool = False) -> bool:
+    """Whether the rest of a word file (``fold``: of a session, casefolded here) holds every word, read
+    a chunk at a time and stopping once all are found.  Each chunk keeps the previous one's last
+    characters, so a word across the boundary is found.
     """
     missing, keep, carried = set(words), max(map(len, words), default=1) - 1, ""
     while missing and (chunk := file.read(SEARCH_CHUNK)):
-        text = carried + chunk
+        text = carried + (chunk.replace(_ZWSP, "").casefold() if fold else chunk)
         missing = {w for w in missing if w not in text}
         carried = text[len(text) - keep:] if keep else ""
     return not missing
 
 
 _ZWSP = "\u200b"      # the writer's guard before some lines (README "Sessions are screenplays"), not text
+MAX_WORDS = 100_000    # distinct words a word file lists at most (memory while making it: ~10 MB); a
+                       # session with more (pasted logs, ids) has none and is read a chunk at a time
 WORDS_DIR = ".search"        # beside .trash/ in the sessions folder; ``names()`` does not look inside
 _WORDS_MAGIC = "harvey-words 1"
 
@@ -164,12 +168,21 @@ class WordFiles:
         self.sessions = Path(folder)
         self.folder = self.sessions / WORDS_DIR
         self._failed = False          # a write failed once (logged once, not per session and search)
+        self._unlisted: dict[str, tuple[int, int]] = {}   # sessions (as of key) with over MAX_WORDS words
 
     def path(self, name: str) -> Path:
         return self.folder / f"{name}.words"
 
+    def forget(self, name: str) -> None:
+        """Session ``name`` was written: its word file is made again at the next search (its
+        (mtime, size) key alone misses a same-size rewrite within the timestamp granularity)."""
+        self._unlisted.pop(name, None)
+        self.path(name).unlink(missing_ok=True)
+
     def holds(self, name: str, key: tuple[int, int], words: list[str]) -> bool:
         """Whether session ``name`` (as of ``key``) holds every word; its word file is made if it is stale."""
+        if self._unlisted.get(name) == key:
+            return self._scan(name, words)
         try:
             with self.path(name).open(encoding="utf-8", errors="replace") as file:
                 if _current(file, key):
@@ -177,7 +190,18 @@ class WordFiles:
         except OSError:
             pass
         made = self.make(name)
+        if made is _TOO_MANY:
+            self._unlisted[name] = key
+            return self._scan(name, words)
         return made is not None and all(w in made for w in words)   # no "\n" in a word: one line each
+
+    def _scan(self, name: str, words: list[str]) -> bool:
+        """The session itself, read a chunk at a time (one with too many distinct words to list)."""
+        try:
+            with (self.sessions / f"{name}{SUFFIX}").open(encoding="utf-8", errors="replace") as file:
+                return _finds_all(file, words, fold=True)
+        except OSError:
+            return False
 
     def make(self, name: str) -> str | None:
         """Read session ``name`` once and write its word file; its words one a line, or None when the
@@ -186,7 +210,11 @@ class WordFiles:
         try:
             with (self.sessions / f"{name}{SUFFIX}").open(encoding="utf-8", errors="replace") as file:
                 st = os.fstat(file.fileno())
-                listed = "\n".join(sorted(_distinct_words(file))) + "\n"
+                distinct = _distinct_words(file)
+                if distinct is None:
+                    self.path(name).unlink(missing_ok=True)
+                    return _TOO_MANY
+                listed = "\n".join(sorted(distinct)) + "\n"
         except OSError:
             return None
         body = listed.encode("utf-8")
@@ -206,14 +234,18 @@ class WordFiles:
 
     def refresh(self, entries: list["Summary"]) -> None:
         """Make every missing or stale word file, and delete those of sessions no longer there."""
+        self._unlisted = {e.name: e.key for e in entries if self._unlisted.get(e.name) == e.key}
         for entry in entries:
+            if entry.name in self._unlisted:
+                continue
             try:
                 with self.path(entry.name).open(encoding="utf-8", errors="replace") as file:
                     if _current(file, entry.key):
                         continue
             except OSError:
                 pass
-            self.make(entry.name)
+            if self.make(entry.name) is _TOO_MANY:
+                self._unlisted[entry.name] = entry.key
         keep = {f"{e.name}.words" for e in entries}
         try:
             with os.scandir(self.folder) as it:
@@ -234,9 +266,13 @@ def _current(file, key: tuple[int, int]) -> bool:
     return (int(head[2]), int(head[3])) == key and os.fstat(file.fileno()).st_size == total
 
 
-def _distinct_words(file) -> set[str]:
+_TOO_MANY = "\0too many words"     # make()'s answer for a session over MAX_WORDS (not a word list)
+
+
+def _distinct_words(file) -> set[str] | None:
     """The distinct whitespace-separated words of a text file, casefolded, read a chunk at a time
-    (a word cut by a chunk's end is carried into the next chunk)."""
+    (a word cut by a chunk's end is carried into the next chunk); None past MAX_WORDS, so that
+    making one word file never holds a whole log's worth of words."""
     found: set[str] = set()
     carried = ""
     while chunk := file.read(SEARCH_CHUNK):
@@ -244,6 +280,8 @@ def _distinct_words(file) -> set[str]:
         words = text.split()
         carried = words.pop() if words and not text[-1].isspace() else ""
         found.update(words)
+        if len(found) > MAX_WORDS:
+            return None
     if carried:
         found.add(carried)
     return found
