@@ -246,7 +246,7 @@ def follow(live, name):
 
 
 def test_a_chat_through_the_app_streams_counts_and_keeps_to_the_servers_window(tmp_path, llama, make_live):
-    llama.script = Reply(text="Hello **world**, this is a streamed reply.", piece_size=5, token_delay=0.05)
+    llama.script = Reply(text="Hello **world**, this is a streamed reply.", piece_size=5, token_delay=0.4)   # ~3.6 s: the page follows it live even on a loaded machine
     live = make_live(openai_config(tmp_path, llama.url))
     name = live.open_session()
     assert live.post(f"/s/{name}/messages", data={"message": "Say hello"}).status_code == 200
