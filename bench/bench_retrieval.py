@@ -221,7 +221,8 @@ def main(argv=None) -> int:
                 res = recall(index, chunks_text, embed, model, ks)
             cost["bytes"] = sum(p.stat().st_size for p in Path(tmp).iterdir())   # closed: WAL checkpointed
         read_all = math.ceil(tokens / 1500)
-        rows.append(f"| {tokens:,} tokens | {cost['chunks']} | {cost['pieces']} | {cost['bytes'] / 1e6:.1f} MB | {cost['chunk_s']:.2f} s "
+        rows.append(f"| {tokens:,} tokens | {cost['chunks']} | {cost['pieces']} | {cost['bytes'] / 1e6:.1f} MB "
+                    f"| {cost['chunk_s']:.2f} s "
                     f"| {cost['fts_s']:.2f} s | {cost['embed_s']:.1f} s | {res['search_ms']:.0f} ms |")
         for mode, by_k in res["recall"].items():
             cells = " | ".join(f"{by_k[k]}/{len(FACTS)}" for k in ks)
