@@ -41,6 +41,7 @@ for _p in (str(ROOT), str(ROOT / "tests")):
 from app import chunking  # noqa: E402
 from app.retrieval import embedding, search  # noqa: E402
 from app.retrieval.index import Index  # noqa: E402
+from app.retrieval.indexer import embed_passages, piece_bytes  # noqa: E402
 from _harness import machine  # noqa: E402
 
 # (planted sentence, question in other words, a phrase that identifies the fact's passage)
@@ -110,11 +111,12 @@ def server_embedder(url: str):
     from app.config import Config, OllamaConfig
     from app.modelserver import connect
     server = connect(Config(ollama=OllamaConfig(url=url, timeout_s=3600)))
-    return server.embed
+    return server.embed, server.window
 
 
-def build(path: Path, text: str, embed, model: str | None, batch: int) -> tuple[Index, dict]:
-    """The index of ``text`` with its vectors; what it took."""
+def build(path: Path, text: str, embed, model: str | None, batch: int, max_bytes: int) -> tuple[Index, dict]:
+    """The index of ``text`` with its vectors (each chunk as pieces of ``max_bytes``, as the app's
+    indexer does); what it took."""
     t0 = time.perf_counter()
     doc = chunking.make_document(text, "markdown", chunking.retrieval_settings())
     chunks = chunking.chunk_document(doc)
@@ -122,13 +124,16 @@ def build(path: Path, text: str, embed, model: str | None, batch: int) -> tuple[
     index = Index(path, write=True)
     index.add_document(doc, chunks)
     t2 = time.perf_counter()
+    pieces = 0
     if model:
         for at in range(0, len(chunks), batch):
             part = chunks[at:at + batch]
-            vectors = embed(model, [embedding.document_text(model, c.text) for c in part])
-            index.add_vectors(model, [(c.index, v) for c, v in zip(part, vectors)])
+            vectors = embed_passages(embed, model, [c.text for c in part], max_bytes)
+            index.add_vectors(model, [(c.index, v) for c, vs in zip(part, vectors) for v in vs])
+            pieces += sum(map(len, vectors))
     t3 = time.perf_counter()
-    return index, {"chunks": len(chunks), "chunk_s": t1 - t0, "fts_s": t2 - t1, "embed_s": t3 - t2}
+    return index, {"chunks": len(chunks), "pieces": pieces, "chunk_s": t1 - t0, "fts_s": t2 - t1,
+                   "embed_s": t3 - t2}
 
 
 def recall(index: Index, chunks_text: dict[int, str], embed, model: str | None, ks: list[int]) -> dict:
@@ -196,30 +201,34 @@ def main(argv=None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     ks = [int(k) for k in args.k.split(",")]
     if args.embed_url and args.embed_model:
-        embed, model, label = server_embedder(args.embed_url), args.embed_model, f"{args.embed_model} at {args.embed_url}"
+        (embed, window), model = server_embedder(args.embed_url), args.embed_model
+        max_bytes = piece_bytes(model, window(model))
+        label = f"{model} at {args.embed_url}, passages embedded as pieces of at most {max_bytes} bytes"
     else:
         embed, model, label = bag_embedder, "bag-of-words", "hashed bag of words (no meaning: a plumbing check)"
+        max_bytes = 10 ** 9                                  # no input limit: one piece per chunk
     print(f"Machine: {machine()}.")
     print(f"Embedder: {label}. {len(FACTS)} planted facts, each asked in other words.\n")
-    head = "| haystack | chunks | index file | chunk | FTS | embed | search (median) |"
+    head = "| haystack | chunks | pieces embedded | index file | chunk | FTS | embed | search (median) |"
     rows = []
     rec_rows = []
     for tokens in sizes:
         text = make_haystack(tokens)
         with tempfile.TemporaryDirectory() as tmp:
-            index, cost = build(Path(tmp) / "x.sqlite", text, embed, model, args.batch)
+            index, cost = build(Path(tmp) / "x.sqlite", text, embed, model, args.batch, max_bytes)
             with index:
                 chunks_text = {p.n: p.text for p in index.passages(range(cost["chunks"]))}
                 res = recall(index, chunks_text, embed, model, ks)
             cost["bytes"] = sum(p.stat().st_size for p in Path(tmp).iterdir())   # closed: WAL checkpointed
         read_all = math.ceil(tokens / 1500)
-        rows.append(f"| {tokens:,} tokens | {cost['chunks']} | {cost['bytes'] / 1e6:.1f} MB | {cost['chunk_s']:.2f} s "
+        rows.append(f"| {tokens:,} tokens | {cost['chunks']} | {cost['pieces']} | {cost['bytes'] / 1e6:.1f} MB "
+                    f"| {cost['chunk_s']:.2f} s "
                     f"| {cost['fts_s']:.2f} s | {cost['embed_s']:.1f} s | {res['search_ms']:.0f} ms |")
         for mode, by_k in res["recall"].items():
             cells = " | ".join(f"{by_k[k]}/{len(FACTS)}" for k in ks)
             rec_rows.append(f"| {tokens:,} | {mode} | {cells} | 1 call | about {read_all} map calls + reduce |")
     print(head)
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print()
     print("| haystack (tokens) | search | " + " | ".join(f"recall@{k}" for k in ks) + " | answer | read all chunks |")

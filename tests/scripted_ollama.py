@@ -237,6 +237,15 @@ class ScriptedOllama:
         script = self.script
         return script if isinstance(script, Reply) else script(body)
 
+    def tokens_of(self, text: str) -> int:
+        """A text's 'true' token count (bytes/4 x ratio), as for prompts."""
+        return math.ceil(len(text.encode()) / 4 * self.token_ratio)
+
+    def cut_to(self, text: str, limit: int) -> str:
+        """The part of ``text`` a model that reads ``limit`` tokens sees (Ollama cuts the rest)."""
+        keep = int(limit * 4 / self.token_ratio)
+        return text.encode()[:keep].decode(errors="ignore")
+
     def prompt_tokens(self, body: dict) -> int:
         """The server's 'true' token count of a prompt: bytes/4 x ratio."""
         size = sum(len((m.get("content") or "").encode()) for m in body.get("messages", []))
@@ -358,6 +367,10 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(404, {"error": f"model '{body.get('model')}' not found"})
             texts = body.get("input")
             texts = [texts] if isinstance(texts, str) else texts
+            limit = server.models[body.get("model")]        # the embed model's input limit, in tokens
+            if body.get("truncate") is False and any(server.tokens_of(t) > limit for t in texts):
+                return self._json(400, {"error": "the input length exceeds the context length"})
+            texts = [server.cut_to(t, limit) for t in texts]   # like Ollama: silently, unless truncate is false
             if server.embed_delay:
                 time.sleep(server.embed_delay)
             vectors = [server.embed_fn(t) if server.embed_fn else [(len(t) + i) / 100.0 for i in range(server.embed_size)]

@@ -227,3 +227,53 @@ def test_the_running_card_says_it_is_finding_passages_not_counting_chunks(harbou
                          if e.name == "progress"), 60, "an indexing progress event")
     live.services.jobs.cancel(job)
     wait_for(lambda: job.state == "choose", 60, f"the job stopped (it is {job.state})")
+
+
+def start_retrieval(live, question=QUESTION):
+    """A new session asks about harbour.md and takes the card's second choice; its job."""
+    name = live.post("/new").url.path.rsplit("/", 1)[-1]
+    live.post(f"/s/{name}/messages", data={"message": question})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": question, "way": "retrieve"})
+    return name, job
+
+
+def test_one_jobs_cancel_does_not_leave_another_job_keyword_only(harbour, scripted):
+    scripted.embed_delay = 0.1
+    live = harbour(embed_batch=2)
+    first_name, first = start_retrieval(live)
+    wait_for(lambda: len(document_embeds(scripted)) >= 4, 60, "the first job's index under way")
+    second_name, second = start_retrieval(live)                       # same file, another session
+    assert live.post(f"/s/{first_name}/analysis/{first.id}/cancel").status_code == 204
+    wait_for(lambda: first.state == "choose", 60, f"the first job stopped (it is {first.state})")
+    wait_for(lambda: second.state in ("done", "failed", "interrupted"), 120,
+             f"the second answer (it is {second.state}: {second.message})")
+    assert second.state == "done", second.message
+    assert second.rag_search == f"hybrid search (keywords and {EMBEDDER})"   # its index was finished, not cut
+    assert len(set(document_embeds(scripted))) == second.rag_chunks
+
+
+def test_waiting_for_the_index_wakes_per_batch_and_at_stop_never_by_polling(harbour, scripted):
+    scripted.embed_delay = 1.0                                         # a slow embedder: a second per batch
+    live = harbour(embed_batch=16)
+    runner = live.services.jobs
+    looks = []
+    stopped = runner._stopped
+    runner._stopped = lambda job: looks.append(job.id) or stopped(job)   # counts each look at a Stop
+    name, job = start_retrieval(live)
+    wait_for(lambda: len(scripted.embeds()) >= 5, 60, "five slow batches sent")
+    batches = len(scripted.embeds())
+    assert len(looks) <= batches + 1, looks          # one look, then one per batch done: not one per half second
+    runner.cancel(job)
+    wait_for(lambda: job.state == "choose", 30, f"the job stopped at once (it is {job.state})")
+
+
+def test_a_fact_past_what_the_embedder_reads_is_still_sent(harbour, scripted):
+    live = harbour()
+    scripted.models[EMBEDDER] = 128                                    # reads ~512 bytes; passages are ~2,400
+    name = live.open_session()
+    job, _ = ask_by_retrieval(live, name)
+    assert all(r.body["truncate"] is False for r in scripted.embeds())
+    assert all(scripted.tokens_of(t) <= 128 for t in scripted.embedded_texts())
+    assert job.rag_search == f"hybrid search (keywords and {EMBEDDER})"
+    assert "Bartholomew Quince" in scripted.chats()[0].body["messages"][-1]["content"]

@@ -177,3 +177,47 @@ def test_prune_keeps_the_newest_and_the_one_in_use(tmp_path):
     left = sorted(p.stem for p in folder.glob("*.sqlite"))
     assert left == [f"{0:016d}", f"{4:016d}", f"{5:016d}"]
     assert len(removed) == 3
+
+
+def test_split_to_fit_cuts_at_sentences_and_words_and_loses_nothing():
+    text = ("The tide turns at noon. " * 40) + "\n\n" + ("cranes " * 200) + "x" * 300
+    pieces = chunking.split_to_fit(text, 200)
+    assert "".join(pieces) == text
+    assert all(len(p.encode()) <= 200 for p in pieces)
+    sentences = [p for p in pieces if "tide" in p]
+    assert all(p.rstrip().endswith(".") for p in sentences)          # cut after a sentence, not inside one
+    assert all(p.startswith("cranes") or p.startswith("x") for p in pieces if "tide" not in p)
+    assert chunking.split_to_fit("short", 200) == ["short"]
+
+
+def test_a_chunk_of_several_pieces_scores_as_its_best_piece_and_counts_once(tmp_path):
+    doc, chunks, target = build(tmp_path, haystack(10))
+    n = len(chunks)
+    with ix.Index(target, write=True) as index:
+        items = [(i, [1.0, 0.0, 0.0]) for i in range(n)] + [(2, [0.0, 1.0, 0.0])]   # chunk 2: a second piece
+        index.add_vectors("m", sorted(items, key=lambda item: item[0]))
+        assert index.vector_count("m") == n and index.complete("m")
+        index.add_vectors("m", [(3, [0.0, 0.0, 1.0])])                           # embedded again: replaced
+        assert sum(1 for k, _ in index.vectors("m") if k == 3) == 1
+    with ix.Index(target) as index:
+        best = search.nearest(index, "m", embedding.pack([0.0, 1.0, 0.0]), limit=n)
+        assert best[0][0] == 2 and math.isclose(best[0][1], 1.0, rel_tol=1e-6)
+        assert len(best) == len({k for k, _ in best}) == n                   # one hit per chunk
+
+
+def test_prune_spares_an_open_index_and_reading_marks_an_index_used(tmp_path):
+    doc, chunks, target = build(tmp_path, haystack(3))
+    folder = ix.folder(tmp_path / "data")
+    os.utime(target, (1000, 1000))                                           # written long ago
+    others = []
+    for i in range(4):
+        p = folder / f"{i:016d}.sqlite"
+        p.write_bytes(b"")
+        os.utime(p, (2000 + i, 2000 + i))
+        others.append(p)
+    with ix.Index(target):                                                   # a job reads it now
+        assert target.stat().st_mtime > 2003
+        os.utime(target, (1000, 1000))                                       # even if it looks old,
+        removed = ix.prune(tmp_path / "data", keep=f"{3:016d}", limit=2)             # it is open: never removed
+    assert target.exists() and target not in removed
+    assert sorted(p.stem for p in folder.glob("*.sqlite")) == sorted([target.stem, f"{3:016d}"])

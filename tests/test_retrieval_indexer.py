@@ -143,3 +143,75 @@ def test_a_damaged_index_file_is_made_anew(tmp_path, embedder):
     assert progress.state == "complete"
     with ix.Index(target) as index:
         assert index.complete(EMBEDDER)
+
+
+# -- passages longer than the embedding model reads (review of issue 25) -----------------------
+
+QUESTION = "Which crane does the harbour master's cat Bartholomew sleep in?"
+FACT = "The harbour master's cat is named Bartholomew Quince and sleeps in crane seven."
+
+
+def fact_rank(tmp_path, doc, question=QUESTION):
+    """Where vector search alone ranks the chunk holding FACT (1 = first; None: not in the top 50)."""
+    from app.retrieval import embedding, search
+    from haystacks import bag_vector
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        want = {p.n for p in index.passages(range(index.chunk_count())) if "Bartholomew" in p.text}
+        query = embedding.pack(bag_vector(embedding.query_text(EMBEDDER, question)))
+        ranked = [n for n, _ in search.nearest(index, EMBEDDER, query)]
+    return next((i + 1 for i, n in enumerate(ranked) if n in want), None)
+
+
+def test_a_fact_in_a_passages_back_half_is_found_by_vectors_when_the_model_reads_little(tmp_path, embedder):
+    embedder.models[EMBEDDER] = 128                      # reads 128 tokens (~512 bytes); chunks are ~600 tokens
+    indexer = new_indexer(tmp_path, embedder, embed_batch=4)
+    doc, progress = index_and_wait(indexer, write(tmp_path, haystack(30, {17: FACT})))
+    assert progress.state == "complete" and progress.embedded == progress.total
+    bodies = [r.body for r in embedder.embeds()]
+    assert bodies and all(b["truncate"] is False for b in bodies)
+    texts = embedder.embedded_texts()
+    assert len(texts) > 3 * progress.total                # each ~600-token passage went as several pieces
+    assert all(embedder.tokens_of(t) <= 128 for t in texts)   # none the server would have cut
+    assert fact_rank(tmp_path, doc) == 1
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.complete(EMBEDDER) and index.vector_count(EMBEDDER) == progress.total
+
+
+def test_a_piece_the_server_refuses_as_too_long_is_sent_again_as_halves(tmp_path, embedder):
+    embedder.models[EMBEDDER] = 128
+    embedder.token_ratio = 2.0                            # its tokenizer reads 2 bytes a token: planned pieces overflow
+    indexer = new_indexer(tmp_path, embedder, embed_batch=4)
+    doc, progress = index_and_wait(indexer, write(tmp_path, haystack(30, {17: FACT})))
+    assert progress.state == "complete", progress.note
+    sent = [r.body["input"] for r in embedder.embeds()]
+    refused = [i for i in sent if any(embedder.tokens_of(t) > 128 for t in i)]
+    assert refused                                        # the planned pieces were refused (HTTP 400) ...
+    answered = [t for i in sent if i not in refused for t in i]
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        rows = index.db.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    assert len(answered) == rows > 2 * progress.total     # ... and sent again as halves that fit, each kept
+    assert fact_rank(tmp_path, doc) == 1
+
+
+def test_a_piece_refused_after_every_halving_stops_the_index_with_a_clear_note(tmp_path, embedder):
+    embedder.models[EMBEDDER] = 128
+    embedder.token_ratio = 400.0                          # nothing but a few bytes ever fits
+    indexer = new_indexer(tmp_path, embedder, embed_batch=2)
+    doc, progress = index_and_wait(indexer, write(tmp_path, haystack(4)))
+    assert progress.state == "interrupted" and progress.embedded == 0
+    assert "refused a passage piece" in progress.note and "halving it 4 times" in progress.note
+    assert len(embedder.embeds()) <= 1 + 2 ** 5           # bounded: the batch, then one piece's halvings
+
+
+def test_a_request_after_another_jobs_cancel_builds_the_index_after_all(tmp_path, embedder):
+    embedder.embed_delay = 0.2
+    indexer = new_indexer(tmp_path, embedder, embed_batch=1)
+    first = indexer.document(write(tmp_path, haystack(6), name="first.md"))
+    second = indexer.document(write(tmp_path, haystack(8), name="second.md"))
+    busy = indexer.request(first)                         # the lane is busy with this one ...
+    queued = indexer.request(second)                      # ... so this one waits in the queue
+    assert indexer.cancel(second.fingerprint)             # one job's Cancel
+    again = indexer.request(second)                       # another job asks for the same file
+    assert again is queued and not again.stop.is_set()
+    indexer.wait(second.fingerprint, 60)
+    assert busy.state == "complete" and again.state == "complete", again.note

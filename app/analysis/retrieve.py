@@ -14,6 +14,7 @@ terminal Harvey's ``[[rag: N chunks from FILE, top score S]]`` note.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from .. import chunking
@@ -29,7 +30,8 @@ from .job import Job
 
 log = logging.getLogger(__name__)
 
-WAIT_STEP_S = 0.5            # how often a job waiting for its index looks at a Stop
+INDEX_IDLE_S = 900.0         # a build silent this long (no batch, no end) is given up; one embed call times out at 600
+INDEX_REQUESTS = 3           # times a job asks for its index when another job's Cancel ended the build it waited on
 CANDIDATES_PER_PASSAGE = 3   # hits searched per passage wanted (some will not fit)
 SYSTEM = ("You answer questions about a file from passages of it. Use only the passages below. Cite the "
           "passages your answer rests on by their numbers, as [12] or [12, 40]. If the passages do not hold "
@@ -68,10 +70,11 @@ class Retrieval:
         progress = self._indexed(job, rdoc)
         if progress is None:
             return
+        budget = self._budget(job)
         with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
             model = progress.model if progress.model and index.complete(progress.model) else None
             hits, how = self._search(job, index, model)
-            chosen, scores = self._fit(job, index, hits)
+            chosen, scores = self._fit(job, index, hits, budget)
             total = index.chunk_count()
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
@@ -79,7 +82,7 @@ class Retrieval:
             return self._done(job, answer, [], {}, how, total)
         self.runner.transition(job, "synthesizing", expect="running")
         self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
-        answer = self._ask(job, chosen)
+        answer = self._ask(job, chosen, budget)
         if answer is None:
             return
         answer, removed = mapreduce.resolve_citations(answer, {p.n + 1 for p in chosen})
@@ -92,17 +95,13 @@ class Retrieval:
     def _indexed(self, job: Job, rdoc: chunking.Document):
         """Wait for the file's index; the progress, or None when the job stopped or cannot go on.
         An index whose vectors are not all in (the embedding model away) still answers by keyword."""
-        indexer = self.svc.indexer
-        progress = indexer.request(rdoc)
-        shown = -1
-        while not progress.complete and not progress.finished.wait(WAIT_STEP_S):
-            if self.runner._stopped(job):
-                indexer.cancel(rdoc.fingerprint)
-                self.runner._after_stop(job)
+        for _ in range(INDEX_REQUESTS):
+            progress = self._wait_index(job, rdoc)
+            if progress is None:
                 return None
-            if progress.embedded != shown:          # an event per batch, not per look
-                shown = progress.embedded
-                self.runner._progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
+            if progress.state != "cancelled":
+                break
+            log.info("retrieval %s: another job's cancel ended the index build; asking again", job.id)
         if self.runner._stopped(job):
             self.runner._after_stop(job)
             return None
@@ -117,6 +116,38 @@ class Retrieval:
                 self.runner._emit_state(job)
                 return None
             log.info("retrieval %s: index incomplete (%s); keyword search", job.id, progress.note)
+        return progress
+
+    def _wait_index(self, job: Job, rdoc: chunking.Document):
+        """Ask for the index and sleep until it is done or the job is stopped: one Event, set by the
+        build at each batch and at its end, and by the job's Stop (a stand-in attached to the job's
+        activity), so nothing polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress,
+        or None when the job was stopped (its build is cancelled after the batch in flight)."""
+        indexer, woken = self.svc.indexer, threading.Event()
+        progress = indexer.request(rdoc)
+        activity, wake = self.runner._activity_of(job), _Wake(woken)
+        progress.listen(woken)
+        if activity is not None:
+            activity.attach(wake)
+        try:
+            shown = -1
+            while not progress.complete and not progress.finished.is_set():
+                if self.runner._stopped(job):
+                    indexer.cancel(rdoc.fingerprint)
+                    self.runner._after_stop(job)
+                    return None
+                if progress.embedded != shown:          # an event per batch
+                    shown = progress.embedded
+                    self.runner._progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
+                if not woken.wait(INDEX_IDLE_S):
+                    log.warning("retrieval %s: the index build said nothing for %.0f s; going on without it",
+                                job.id, INDEX_IDLE_S)
+                    break
+                woken.clear()
+        finally:
+            progress.unlisten(woken)
+            if activity is not None:
+                activity.detach(wake)
         return progress
 
     # -- search and fit -----------------------------------------------------------------------
@@ -143,10 +174,10 @@ class Retrieval:
         budget.reserve("question", estimate_messages([{"content": user_message(job.file, job.task, [])}], bpt))
         return budget
 
-    def _fit(self, job: Job, index: Index, hits: list[search.Hit]) -> tuple[list[Passage], dict[int, float]]:
+    def _fit(self, job: Job, index: Index, hits: list[search.Hit], budget) -> tuple[list[Passage], dict[int, float]]:
         """The passages sent: the best hits while they fit (at most ``retrieval.passages``), then each
-        one's neighbours in its own section (a passage cut mid-section), best hit's first."""
-        budget = self._budget(job)
+        one's neighbours in its own section (a passage cut mid-section), best hit's first.  They are
+        reserved in ``budget``, the one the request is then made with."""
         wanted = self.svc.config.retrieval.passages
         chosen: dict[int, Passage] = {}
         scores = {h.n: h.shown_score for h in hits}
@@ -168,10 +199,10 @@ class Retrieval:
 
     # -- the call and the record ----------------------------------------------------------------
 
-    def _ask(self, job: Job, passages: list[Passage]) -> str | None:
-        """The one chat request (refused before sending if it would not fit); None when it did not end."""
+    def _ask(self, job: Job, passages: list[Passage], budget) -> str | None:
+        """The one chat request (refused before sending if it would not fit), its reply cap from the
+        budget the passages were fitted in; None when it did not end."""
         activity = self.runner._activity_of(job)
-        budget = self._budget(job)
         messages = [{"role": "system", "content": SYSTEM},
                     {"role": "user", "content": user_message(job.file, job.task, passages)}]
         request = Request(job.model, messages, window=job.window, num_predict=budget.components["reply"],
@@ -207,6 +238,17 @@ class Retrieval:
         self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
                                rag_search=how, rag_chunks=total)
         self.runner._finish(job, answer, "ok")
+
+
+class _Wake:
+    """Stands among the job's calls while it waits for its index: a Stop "cancels" it, which wakes
+    the waiter (``Activity.attach`` cancels it at once if the Stop came first)."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def cancel(self) -> None:
+        self.event.set()
 
 
 def _in_rank_order(index: Index, numbers: list[int]) -> list[Passage]:

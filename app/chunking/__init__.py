@@ -85,7 +85,7 @@ use, so ``from app import chunking; chunking.X`` keeps working.
 from __future__ import annotations
 
 from .chunks import (chunk_document, chunk_file, chunk_text, chunks_from, plan_document, plan_file, plan_text,
-                     split_chunk)
+                     split_chunk, halve, split_to_fit)
 from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUNKER_VERSION, HEADING_SHARE,
                        HTML_EXTENSIONS, KINDS, MARKDOWN_EXTENSIONS, MIN_BUDGET_BYTES, OVERLAP_MODES, OVERLAP_SHARE,
                        PROSE_EXTENSIONS, PURPOSES, RETRIEVAL_SIZE_TOKENS, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
@@ -102,6 +102,7 @@ __all__ = [
     "ChunkSettings", "Document", "Chunk", "ChunkPlan", "Measure",
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
     "make_document", "read_document", "measure", "with_settings", "chunk_document", "chunks_from", "split_chunk",
+    "halve", "split_to_fit",
     "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
     "PURPOSES", "ANALYSIS_FILL", "RETRIEVAL_SIZE_TOKENS", "retrieval_settings", "LABEL_MAX_BYTES", "chunk_label",

@@ -140,6 +140,31 @@ def _middle_cut(t: str, a: int, e: int) -> int | None:
     return best
 
 
+def halve(text: str) -> tuple[str, str]:
+    """``text`` in two at the structure boundary nearest its middle (paragraph, sentence, line, word),
+    or mid-text when it has none (one long word): what a piece a server refused is sent again as."""
+    cut = _middle_cut(text, 0, len(text)) or max(1, len(text) // 2)
+    return text[:cut], text[cut:]
+
+
+def split_to_fit(text: str, max_bytes: int) -> list[str]:
+    """``text`` as consecutive pieces of at most ``max_bytes`` UTF-8 bytes (joined, they are the
+    text), each too-long piece halved at its best boundary until it fits.  An embedding model reads
+    a few hundred tokens and drops the rest, so a passage is embedded as pieces it reads whole;
+    halving keeps the pieces of one passage near one size.  Ends: every cut shortens a piece."""
+    if max_bytes < 1:
+        raise ValueError("max_bytes must be positive")
+    out, todo = [], [text]
+    while todo:
+        piece = todo.pop()
+        if len(piece) < 2 or len(piece.encode("utf-8", "surrogatepass")) <= max_bytes:
+            out.append(piece)
+            continue
+        first, second = halve(piece)
+        todo += [second, first]
+    return out
+
+
 def split_chunk(text: str, chunk: Chunk, bytes_per_token: float) -> tuple[Chunk, Chunk] | None:
     """Two halves of ``chunk`` (offsets into ``text``, the document's text), cut at the structure
     boundary nearest its middle; None when its own text has no boundary at all (one long word).

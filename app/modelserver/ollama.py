@@ -71,8 +71,10 @@ class OllamaServer(HttpServer):
         return _facts_from_show(model, response.json())
 
     def embed(self, model: str, texts: str | list[str]) -> list[list[float]]:
-        """``/api/embed``, one vector per text (for the embedding indexer to come)."""
-        response = self._request("POST", "/api/embed", json={"model": model, "input": texts})
+        """``/api/embed``, one vector per text, with ``truncate: false``: Ollama otherwise cuts a text
+        longer than the model reads without a word, so a fact past the cut could never be found; an
+        over-long text is ``ContextExceeded`` instead (the indexer sends it again as halves)."""
+        response = self._request("POST", "/api/embed", json={"model": model, "input": texts, "truncate": False})
         _raise_for(response, model=model)
         return response.json()["embeddings"]
 

@@ -6,7 +6,9 @@ chunker's version, seed 002's identity rule), so an unchanged file finds its ind
 one (or a new chunker) gets a new one.  Chunks go in with their FTS rows in one transaction, so
 the keyword part is either whole or absent; vectors go in per batch, one commit each, so an index
 cut off mid-way keeps every batch it finished and the indexer resumes with the rest.  The index is
-complete for a model when every chunk has its vector.
+complete for a model when every chunk has its vectors.  A chunk may have several vectors (schema 2):
+an embedding model reads a few hundred tokens and drops the rest, so a chunk longer than that is
+embedded as pieces it reads whole, and search takes a chunk's best piece.
 
 Only the indexer writes (``Index(..., write=True)``); searches open their own read connection
 (WAL, so a search never waits for a batch being written).
@@ -17,6 +19,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -25,8 +29,11 @@ from .. import chunking
 from ..errors import HarveyError
 from .embedding import pack
 
-SCHEMA = 1
+SCHEMA = 2                  # 2: several vectors per chunk (its pieces); a schema-1 file is made anew
 MAX_INDEXES = 32            # index files kept in the folder; the least recently used go first
+
+_open: Counter = Counter()  # index files open now in this process (prune never removes one)
+_open_lock = threading.Lock()
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,7 +43,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     heading TEXT, sections TEXT, kind TEXT, tokens INTEGER, text TEXT);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, heading, content='chunks', content_rowid='n', tokenize='porter unicode61');
-CREATE TABLE IF NOT EXISTS vectors (model TEXT, n INTEGER, vec BLOB, PRIMARY KEY (model, n)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS vectors (
+    model TEXT, n INTEGER, piece INTEGER, vec BLOB, PRIMARY KEY (model, n, piece)) WITHOUT ROWID;
 """
 
 
@@ -84,15 +92,20 @@ class Index:
         elif not self.path.exists():
             raise BrokenIndex(f"{self.path.name}: no such index")
         self.db = None
+        _in_use(self.path, +1)
         try:
+            _touch(self.path)
             self.db = sqlite3.connect(self.path, timeout=10)
             if write:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.executescript(_TABLES)
             self._check_schema(write)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, BrokenIndex) as exc:
+            _in_use(self.path, -1)
             if self.db is not None:
                 self.db.close()
+            if isinstance(exc, BrokenIndex):
+                raise
             raise BrokenIndex(f"{self.path.name}: cannot be used as an index ({exc})") from exc
 
     def __enter__(self) -> "Index":
@@ -103,6 +116,7 @@ class Index:
 
     def close(self) -> None:
         self.db.close()
+        _in_use(self.path, -1)
 
     def _check_schema(self, write: bool) -> None:
         """A new file gets this schema's number; an existing one must have it (reading it is also
@@ -128,7 +142,8 @@ class Index:
         return self.meta("chunks") is not None
 
     def vector_count(self, model: str) -> int:
-        return self.db.execute("SELECT count(*) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
+        """How many chunks have their vectors from ``model``."""
+        return self.db.execute("SELECT count(DISTINCT n) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
 
     def missing(self, model: str) -> list[int]:
         """Chunk numbers that have no vector from ``model`` yet, in order (what is left to embed)."""
@@ -154,7 +169,7 @@ class Index:
         return [_passage(row) for row in rows]
 
     def vectors(self, model: str) -> Iterator[tuple[int, bytes]]:
-        """Every (chunk number, unit float32 vector bytes) of ``model``."""
+        """Every (chunk number, unit float32 vector bytes) of ``model``: one per piece of a chunk."""
         yield from self.db.execute("SELECT n, vec FROM vectors WHERE model = ?", (model,))
 
     def fts(self, match: str, limit: int) -> list[tuple[int, float]]:
@@ -189,10 +204,16 @@ class Index:
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]]) -> None:
-        """One batch of vectors, committed together (a batch cut off is embedded again, whole)."""
+        """One batch of vectors, committed together (a batch cut off is embedded again, whole).  A
+        chunk of several pieces comes as several items with its number, in order, all in this batch
+        (a chunk's vectors are whole or absent); they replace any it had."""
+        rows, pieces = [], Counter()
+        for n, vec in items:
+            rows.append((model, n, pieces[n], pack(vec)))
+            pieces[n] += 1
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
-                                [(model, n, pack(vec)) for n, vec in items])
+            self.db.executemany("DELETE FROM vectors WHERE model = ? AND n = ?", [(model, n) for n in pieces])
+            self.db.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?)", rows)
 
 
 def _passage(row) -> Passage:
@@ -201,12 +222,36 @@ def _passage(row) -> Passage:
                    tuple(json.loads(heading)), tuple(tuple(s) for s in json.loads(sections)), kind, tokens, text)
 
 
-def prune(data_dir: str | os.PathLike, keep: str, limit: int = MAX_INDEXES) -> list[Path]:
-    """Remove index files past ``limit``, least recently used first, never ``keep`` (a fingerprint):
-    the folder must not grow without bound as files change.  Returns what was removed."""
+def _in_use(path: Path, change: int) -> None:
+    """Count an index file opened (+1) or closed (-1) in this process."""
+    key = str(path.resolve())
+    with _open_lock:
+        _open[key] += change
+        if _open[key] <= 0:
+            del _open[key]
+
+
+def _touch(path: Path) -> None:
+    """Mark the file used now (its mtime), so prune's "least recently used" means used, not written
+    (a WAL write leaves the main file's time alone until a checkpoint)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass                     # not made yet (the writer creates it) or read-only: nothing to mark
+
+
+def prune(data_dir: str | os.PathLike, keep: str | Iterable[str], limit: int = MAX_INDEXES) -> list[Path]:
+    """Remove index files past ``limit``, least recently used first (every open marks a file used),
+    never one in ``keep`` (fingerprints: the indexer's tasks) nor one open in this process: the folder
+    must not grow without bound as files change, and a job about to read an index keeps it.
+    Returns what was removed."""
+    keep = {keep} if isinstance(keep, str) else set(keep)
+    with _open_lock:
+        keep |= {Path(p).stem for p in _open}
     files = sorted(folder(data_dir).glob("*.sqlite"), key=lambda p: p.stat().st_mtime, reverse=True)
+    kept = sum(1 for p in files if p.stem in keep)
     removed = []
-    for path in [p for p in files if p.stem != keep][max(0, limit - 1):]:
+    for path in [p for p in files if p.stem not in keep][max(0, limit - kept):]:
         for extra in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
             extra.unlink(missing_ok=True)
         removed.append(path)

@@ -10,6 +10,11 @@ Durable and resumable: a cancel (or a restart) keeps every finished batch; the n
 file embeds only the chunks still without a vector, and the index says complete only when every
 chunk has one.  An unchanged file is never indexed twice: its fingerprint names its index.
 Without an embedding model the index is keyword-only, and says so (``Progress.note``).
+
+A passage is embedded as pieces the model reads whole: the model's input limit (its window, from
+the server's facts) in cautious bytes, cut at paragraph, sentence or word boundaries.  The server is
+told not to cut (``truncate: false``), so a piece still too long is refused, and sent again as two
+halves (a few times at most); a passage's vectors are all its pieces', and search takes its best.
 """
 
 from __future__ import annotations
@@ -20,13 +25,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Callable
+
 from .. import chunking
 from ..errors import HarveyError
+from ..modelserver import ContextExceeded
 from . import embedding
 from .index import BrokenIndex, Index, path_for, prune
 
 log = logging.getLogger(__name__)
 
+EMBED_BYTES_PER_TOKEN = 3.0  # cautious: embedders' tokenizers read English at ~4 bytes a token, digits nearer 2-3
+EMBED_RESERVED_TOKENS = 8   # [CLS]/[SEP] or BOS/EOS, and a margin
+DEFAULT_EMBED_TOKENS = 256  # a server that does not say its model's limit: all-minilm's, the smallest common one
+MAX_HALVINGS = 4            # a refused piece is halved at most this often (16 calls at most) before it fails
 KEEP_TASKS = 16              # finished tasks remembered for their progress; older ones are read from disk
 STATES = ("queued", "indexing", "complete", "cancelled", "interrupted")
 KEYWORD_ONLY_NOTE = ("No embedding model is installed, so passages are found by keyword search only; for "
@@ -46,10 +58,36 @@ class Progress:
     note: str = ""                   # what the user should know (keyword only, why it stopped)
     stop: threading.Event = field(default_factory=threading.Event, repr=False)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    _listeners: set = field(default_factory=set, repr=False)      # Events a waiter wants set on news
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def complete(self) -> bool:
         return self.state == "complete"
+
+    def listen(self, event: threading.Event) -> None:
+        """Set ``event`` at each batch and at the end (set at once if it ended already): a waiter
+        sleeps on its own Event, which its Stop sets too, instead of polling."""
+        with self._lock:
+            self._listeners.add(event)
+        if self.finished.is_set():
+            event.set()
+
+    def unlisten(self, event: threading.Event) -> None:
+        with self._lock:
+            self._listeners.discard(event)
+
+    def changed(self) -> None:
+        """A batch went in or the task ended: wake every waiter (the indexer's thread calls it)."""
+        with self._lock:
+            listeners = list(self._listeners)
+        for event in listeners:
+            event.set()
+
+    def end(self) -> None:
+        """The task is over, whatever happened."""
+        self.finished.set()
+        self.changed()
 
 
 class Indexer:
@@ -86,10 +124,13 @@ class Indexer:
 
     def request(self, doc: chunking.Document) -> Progress:
         """Make sure ``doc`` is (being) indexed: a complete index is used as it is, anything else is
-        queued on the lane (once: a file already queued or running is not queued again)."""
+        queued on the lane (once: a file already queued or running is not queued again).  A task still
+        running that an earlier job cancelled is wanted again: its stop is cleared (if it saw the stop
+        first it ends "cancelled", and the asker asks again)."""
         with self._lock:
             known = self._tasks.get(doc.fingerprint)
             if known and not known.finished.is_set():
+                known.stop.clear()
                 return known
         progress = self.status(doc)
         if progress.complete:
@@ -99,6 +140,7 @@ class Indexer:
         with self._lock:
             known = self._tasks.get(doc.fingerprint)
             if known and not known.finished.is_set():
+                known.stop.clear()
                 return known             # another request queued it meanwhile
             self._remember(doc, progress)
         self.lane.put(doc.fingerprint)
@@ -171,7 +213,7 @@ class Indexer:
         finally:
             with self._lock:
                 self._docs.pop(fingerprint, None)
-            progress.finished.set()
+            progress.end()
 
     def build(self, doc: chunking.Document, progress: Progress) -> Progress:
         """Chunks and FTS rows first (if not in yet), then the vectors still missing, batch by batch."""
@@ -197,7 +239,9 @@ class Indexer:
                 self._embed(index, progress)
             if index.complete(progress.model):
                 progress.state = "complete"
-        prune(self.data_dir, keep=doc.fingerprint)
+        with self._lock:
+            keep = set(self._tasks) | {doc.fingerprint}
+        prune(self.data_dir, keep=keep)
         return progress
 
     def _embed(self, index: Index, progress: Progress) -> None:
@@ -206,15 +250,66 @@ class Indexer:
         missing = index.missing(model)
         progress.embedded = progress.total - len(missing)
         size = self.settings.embed_batch
+        max_bytes = piece_bytes(model, self.models.window(model) if missing else None)
         for at in range(0, len(missing), size):
             if progress.stop.is_set():
                 progress.state = "cancelled"
                 progress.note = f"Indexing was cancelled after {progress.embedded} of {progress.total} passages."
                 return
             numbers = missing[at:at + size]
-            texts = [embedding.document_text(model, p.text) for p in index.passages(numbers)]
-            vectors = self.models.embed(model, texts)
-            if len(vectors) != len(texts):
-                raise BrokenIndex(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
-            index.add_vectors(model, zip(numbers, vectors))
+            passages = index.passages(numbers)
+            vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
+            index.add_vectors(model, [(p.n, v) for p, vs in zip(passages, vectors) for v in vs])
             progress.embedded += len(numbers)
+            progress.changed()
+
+
+def piece_bytes(model: str, limit_tokens: int | None) -> int:
+    """The longest piece of a passage, in UTF-8 bytes, that ``model`` reads whole: its input limit
+    (None: the server does not say) less its special tokens and document prefix, at a cautious
+    bytes-per-token (a refused piece is halved, so caution costs a few more pieces, never a fact)."""
+    tokens = max(16, (limit_tokens or DEFAULT_EMBED_TOKENS) - EMBED_RESERVED_TOKENS)
+    prefix = len(embedding.document_text(model, "").encode())
+    return max(32, int(tokens * EMBED_BYTES_PER_TOKEN) - prefix)
+
+
+Embed = Callable[[str, list[str]], list[list[float]]]
+
+
+def embed_passages(embed: Embed, model: str, texts: list[str], max_bytes: int) -> list[list[list[float]]]:
+    """Each passage's vectors, one per piece of at most ``max_bytes``, in one request; when the
+    server refuses a piece as too long (``ContextExceeded``), each piece is sent on its own and a
+    refused one as halves (``MAX_HALVINGS`` deep)."""
+    pieces = [chunking.split_to_fit(text, max_bytes) for text in texts]
+    flat = [embedding.document_text(model, piece) for group in pieces for piece in group]
+    try:
+        vectors = _checked(embed, model, flat)
+    except ContextExceeded:
+        return [[v for piece in group for v in _embed_halving(embed, model, piece, MAX_HALVINGS)]
+                for group in pieces]
+    out, at = [], 0
+    for group in pieces:
+        out.append(vectors[at:at + len(group)])
+        at += len(group)
+    return out
+
+
+def _embed_halving(embed: Embed, model: str, piece: str, halvings: int) -> list[list[float]]:
+    """One piece's vectors: itself, or (refused as too long) its two halves', each tried the same."""
+    try:
+        return _checked(embed, model, [embedding.document_text(model, piece)])
+    except ContextExceeded as exc:
+        if halvings <= 0 or len(piece) < 2:
+            raise ContextExceeded(f"{model} refused a passage piece of {len(piece.encode())} bytes even after "
+                                  f"halving it {MAX_HALVINGS} times: {exc}") from exc
+        first, second = chunking.halve(piece)
+        return (_embed_halving(embed, model, first, halvings - 1)
+                + _embed_halving(embed, model, second, halvings - 1))
+
+
+def _checked(embed: Embed, model: str, texts: list[str]) -> list[list[float]]:
+    """The server's vectors for ``texts``, refused unless there is one per text."""
+    vectors = embed(model, texts)
+    if len(vectors) != len(texts):
+        raise BrokenIndex(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
+    return vectors

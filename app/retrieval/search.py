@@ -59,10 +59,15 @@ def keyword(index: Index, query: str, limit: int = CANDIDATES) -> list[tuple[int
 
 
 def nearest(index: Index, model: str, query_vector: bytes, limit: int = CANDIDATES) -> list[tuple[int, float]]:
-    """The chunks whose vectors are closest to the query's (unit float32 bytes), best first."""
+    """The chunks whose vectors are closest to the query's (unit float32 bytes), best first; a chunk
+    embedded as several pieces scores as its best piece (the one that holds what was asked)."""
     q = unpack(query_vector)
-    scored = ((dot(q, unpack(blob)), n) for n, blob in index.vectors(model))
-    return [(n, score) for score, n in heapq.nlargest(limit, scored)]
+    best: dict[int, float] = {}
+    for n, blob in index.vectors(model):
+        score = dot(q, unpack(blob))
+        if score > best.get(n, -2.0):
+            best[n] = score
+    return [(n, score) for score, n in heapq.nlargest(limit, ((s, n) for n, s in best.items()))]
 
 
 def fuse(*rankings: list[tuple[int, float]], k: int = RRF_K) -> list[tuple[int, float]]:
