@@ -14,6 +14,7 @@ import json
 import math
 import re
 import threading
+import time
 from html import unescape
 from pathlib import Path
 
@@ -289,23 +290,29 @@ def _job(**fields) -> Job:
 def test_request_threads_read_results_through_a_snapshot_while_the_worker_adds_them():
     machine = StateMachine(lambda job: None)
     job = _job()
-    done = threading.Event()
+    done, snapped = threading.Event(), threading.Event()
 
     def worker():
         for i in range(5000):
             machine.add_result(job, ChunkResult(i, "ok", seconds=0.01))
+            if i % 500 == 250:                  # let the reader in mid-run, whatever the scheduler does
+                snapped.clear()
+                snapped.wait(10)
         done.set()
 
     thread = threading.Thread(target=worker)
     thread.start()
-    snapshots = 0
-    while not done.is_set() or snapshots == 0:
+    sizes = []
+    deadline = time.monotonic() + 60
+    while not done.is_set() and time.monotonic() < deadline:
         snap = machine.results(job)                                     # never "changed size during iteration"
         assert [r.index for r in snap] == list(range(len(snap)))
         job.eta_seconds()
-        snapshots += 1
+        sizes.append(len(snap))
+        snapped.set()
     thread.join(10)
-    assert len(machine.results(job)) == 5000 and snapshots > 1
+    assert done.is_set() and len(machine.results(job)) == 5000
+    assert any(0 < n < 5000 for n in sizes)                              # read while the worker was adding
 
 
 # -- sources and citations -------------------------------------------------------------------

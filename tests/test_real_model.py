@@ -106,7 +106,7 @@ def test_three_chunk_analysis_end_to_end(tmp_path, demo_model, make_live):
     # Three sections; Markdown is sized at its own (denser) bytes per token, so it may take a fourth chunk.
     assert 3 <= job.chunks <= 4, job.chunks
     live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "List the topics in one line."})
-    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=300))
+    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=300, total=400))   # the real model on a loaded machine
     assert job.state == "done", (job.state, job.message)
     assert sum(1 for e, _, _ in events if e == "partial") == job.chunks
     assert all(r.status == "ok" and r.text for r in job.results.values())
@@ -150,7 +150,7 @@ def test_answer_from_passages_with_the_real_embedding_model(tmp_path, demo_model
     assert "Answer from the most relevant passages" in card
     job = live.services.jobs.open_for(session)
     live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": question, "way": "retrieve"})
-    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=400))
+    events = list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=400, total=400))
     assert events and job.state == "done", (job.state, job.message)
     assert "all-minilm" in job.rag_search and 0 < len(job.rag) <= job.rag_chunks
     text = (workspace / "town.md").read_text()
