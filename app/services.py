@@ -52,7 +52,7 @@ class Services:
         svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
                   worker=Worker(activities), calls=ModelCalls(models, calibration))
         svc.jobs = JobRunner(svc)
-        svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval)
+        svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval, calibration)
         return svc
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ EMBED_RESERVED_TOKENS = 8   # [CLS]/[SEP] or BOS/EOS, and a margin
 DEFAULT_EMBED_TOKENS = 256  # a server that does not say its model's limit: all-minilm's, the smallest common one
 MAX_HALVINGS = 4            # a refused piece is halved at most this often (16 calls at most) before it fails
 KEEP_TASKS = 16              # finished tasks remembered for their progress; older ones are read from disk
+KEEP_COUNTS = 8              # files whose pieces per passage are remembered for the card's estimate
 STATES = ("queued", "indexing", "complete", "cancelled", "interrupted")
 KEYWORD_ONLY_NOTE = ("No embedding model is installed, so passages are found by keyword search only; for "
                      f"search by meaning too: {embedding.MODEL_HINT}.")
@@ -90,15 +92,28 @@ class Progress:
         self.changed()
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What indexing a file still costs (the card's estimate; nothing is indexed or sent to make it)."""
+
+    model: str | None            # the embedding model (None: keyword search only)
+    complete: bool               # the index is whole: no indexing cost
+    passages: int = 0            # passages still to embed
+    pieces: int = 0              # the pieces they are sent as (the piece rule of ``piece_bytes``)
+    seconds: float | None = None  # the time to embed them (None: no batch of ``model`` measured yet)
+
+
 class Indexer:
     """Indexes files on the "index" lane; asked by the views, read by the answer."""
 
-    def __init__(self, data_dir: str | Path, models, worker, settings):
+    def __init__(self, data_dir: str | Path, models, worker, settings, calibration=None):
         self.data_dir = Path(data_dir)
         self.models = models                 # app.modelserver.ModelServer
         self.settings = settings             # config.RetrievalConfig
+        self.calibration = calibration       # app.budget.Calibration: the one owner of measured speeds
         self._tasks: OrderedDict[str, Progress] = OrderedDict()
         self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
+        self._counts: OrderedDict[tuple[str, int], list[int]] = OrderedDict()   # pieces per chunk, by file
         self._lock = threading.Lock()
         self.lane = worker.lane("index", self._serve)
 
@@ -169,6 +184,56 @@ class Indexer:
         except BrokenIndex:
             pass
         return progress
+
+    def cost(self, doc: chunking.Document) -> Cost:
+        """What indexing ``doc`` still costs: nothing for a complete index; without an embedding model
+        a keyword index (seconds); else the passages still without a vector, the pieces they are sent
+        as, and the time at the measured seconds per piece.  Reads the index file and chunks the text
+        (remembered per file), never calls a model, never writes."""
+        model = self.embed_model()
+        target = path_for(self.data_dir, doc.fingerprint)
+        missing = None                     # chunk numbers without a vector (None: no chunks in yet)
+        if target.exists():
+            try:
+                with Index(target) as index:
+                    if index.complete(model):
+                        return Cost(model, complete=True)
+                    if index.has_chunks() and model:
+                        missing = index.missing(model)
+            except BrokenIndex:
+                pass
+        if model is None:
+            return Cost(None, complete=False)
+        counts = self._piece_counts(doc, model)
+        numbers = range(len(counts)) if missing is None else [n for n in missing if n < len(counts)]
+        pieces = sum(counts[n] for n in numbers)
+        per_piece = self.calibration.embed_seconds(model) if self.calibration else None
+        return Cost(model, False, len(numbers), pieces, per_piece * pieces if per_piece is not None else None)
+
+    def _piece_counts(self, doc: chunking.Document, model: str) -> list[int]:
+        """How many pieces each of the file's chunks is embedded as (the indexer's rule), remembered
+        for the last ``KEEP_COUNTS`` files so a card drawn again does not chunk the file again."""
+        max_bytes = piece_bytes(model, self._window(model))
+        key = (doc.fingerprint, max_bytes)
+        with self._lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
+        counts = [len(chunking.split_to_fit(c.text, max_bytes))
+                  for c in chunking.chunk_document(doc)]
+        with self._lock:
+            self._counts[key] = counts
+            while len(self._counts) > KEEP_COUNTS:
+                self._counts.popitem(last=False)
+        return counts
+
+    def _window(self, model: str) -> int | None:
+        """The embedding model's input limit from the server's facts (asked once per model; None when
+        the server cannot say now: the cautious default is used)."""
+        try:
+            return self.models.window(model)
+        except HarveyError:
+            return None
 
     def cancel(self, fingerprint: str) -> bool:
         """Stop indexing a file after the batch in flight (what is done stays done)."""
@@ -258,7 +323,10 @@ class Indexer:
                 return
             numbers = missing[at:at + size]
             passages = index.passages(numbers)
+            began = time.monotonic()
             vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
+            if self.calibration is not None:
+                self.calibration.observe_embed(model, sum(len(vs) for vs in vectors), time.monotonic() - began)
             index.add_vectors(model, [(p.n, v) for p, vs in zip(passages, vectors) for v in vs])
             progress.embedded += len(numbers)
             progress.changed()
