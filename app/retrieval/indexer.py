@@ -19,6 +19,8 @@ halves (a few times at most); a passage's vectors are all its pieces', and searc
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import threading
 import time
@@ -29,8 +31,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import chunking
+from ..chunking import llmhelp
 from ..errors import HarveyError
-from ..modelserver import ContextExceeded
+from ..modelserver import Cancelled, ContextExceeded
+from ..work.activity import Activity
 from . import embedding
 from .index import BrokenIndex, Index, path_for, prune
 
@@ -59,6 +63,7 @@ class Progress:
     model: str | None = None         # the embedding model (None: keyword search only)
     note: str = ""                   # what the user should know (keyword only, why it stopped)
     stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    helping: Activity | None = field(default=None, repr=False)   # seed 004's call in flight (cancel stops it)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _listeners: set = field(default_factory=set, repr=False)      # Events a waiter wants set on news
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -103,14 +108,28 @@ class Cost:
     seconds: float | None = None  # the time to embed them (None: no batch of ``model`` measured yet)
 
 
+@dataclass(frozen=True)
+class ChunkHelp:
+    """Seed 004 for the index: which help is on, the model asked, and how its one call is sized
+    (asked only when help is on, so a default setup never touches the server for it)."""
+
+    help: llmhelp.Help
+    model: str
+    window: Callable[[], int]
+    bytes_per_token: Callable[[], float]
+
+
 class Indexer:
     """Indexes files on the "index" lane; asked by the views, read by the answer."""
 
-    def __init__(self, data_dir: str | Path, models, worker, settings, calibration=None):
+    def __init__(self, data_dir: str | Path, models, worker, settings, calibration=None, calls=None,
+                 chunk_help: ChunkHelp | None = None):
         self.data_dir = Path(data_dir)
         self.models = models                 # app.modelserver.ModelServer
         self.settings = settings             # config.RetrievalConfig
         self.calibration = calibration       # app.budget.Calibration: the one owner of measured speeds
+        self.calls = calls                   # app.work.calls.ModelCalls: seed 004's one chat call
+        self.chunk_help = chunk_help if chunk_help and chunk_help.help.on and calls else None
         self._tasks: OrderedDict[str, Progress] = OrderedDict()
         self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
         self._counts: OrderedDict[tuple[str, int], list[int]] = OrderedDict()   # pieces per chunk, by file
@@ -119,10 +138,19 @@ class Indexer:
 
     # -- asking -----------------------------------------------------------------------------
 
-    @staticmethod
-    def document(path: str | Path) -> chunking.Document:
-        """The file read for retrieval (its fingerprint is its index's name)."""
-        return chunking.read_document(path, chunking.retrieval_settings())
+    def document(self, path: str | Path) -> chunking.Document:
+        """The file read for retrieval, under its index's name (``keyed``)."""
+        return self.keyed(chunking.read_document(path, chunking.retrieval_settings()))
+
+    def keyed(self, doc: chunking.Document) -> chunking.Document:
+        """``doc`` under the name of its index: the chunker fingerprint, or with seed 004's help on,
+        that and the help's fingerprint, so helped and default chunks never share an index, and the
+        model's chunks, stored once, are the same on every later run."""
+        if self.chunk_help is None:
+            return doc
+        h = self.chunk_help
+        blob = f"{doc.fingerprint}|{llmhelp.help_fingerprint(doc, h.help, h.model)}"
+        return dataclasses.replace(doc, fingerprint=hashlib.sha256(blob.encode()).hexdigest()[:16])
 
     def embed_model(self, quiet: bool = True) -> str | None:
         """The embedding model to use now, or None (keyword search only).  A server that does not
@@ -242,6 +270,9 @@ class Indexer:
         if not known or known.finished.is_set():
             return False
         known.stop.set()
+        helping = known.helping
+        if helping is not None:
+            helping.stop()
         return True
 
     def wait(self, fingerprint: str, timeout: float) -> Progress | None:
@@ -295,7 +326,12 @@ class Indexer:
             index = Index(target, write=True)
         with index:
             if not index.has_chunks():
-                index.add_document(doc, chunking.chunk_document(doc))
+                try:
+                    chunks = self._chunks(doc, progress)
+                except Cancelled:
+                    progress.state, progress.note = "cancelled", "Indexing was cancelled while the model chose chunks."
+                    return progress
+                index.add_document(doc, chunks)
             progress.total = index.chunk_count()
             progress.model = self.embed_model(quiet=False)
             if progress.model is None:
@@ -308,6 +344,37 @@ class Indexer:
             keep = set(self._tasks) | {doc.fingerprint}
         prune(self.data_dir, keep=keep)
         return progress
+
+    def _chunks(self, doc: chunking.Document, progress: Progress) -> list[chunking.Chunk]:
+        """The file's chunks: the default chunker's, or with seed 004 on, the model's (one call
+        through ModelCalls, stopped by ``cancel``; an invalid reply falls back to the default chunks,
+        logged by llmhelp).  A server away is not a fallback: the build stops and is asked again, so
+        the index never keeps default chunks under the helped name for a passing outage."""
+        h = self.chunk_help
+        if h is None:
+            return chunking.chunk_document(doc)
+        activity = Activity(f"index-{doc.fingerprint}", "", "index", 0)
+        progress.helping = activity
+        if progress.stop.is_set():
+            activity.stop()
+        away: list[HarveyError] = []
+        ask = llmhelp.model_ask(self.calls, activity, h.model, h.window(), h.bytes_per_token())
+
+        def asked(messages: list[dict], schema: dict, num_predict: int) -> str:
+            try:
+                return ask(messages, schema, num_predict)
+            except HarveyError as exc:
+                if exc.transient and not isinstance(exc, Cancelled):
+                    away.append(exc)
+                raise
+
+        try:
+            chunks = llmhelp.helped_chunks(doc, h.help, asked, h.model)
+        finally:
+            progress.helping = None
+        if away:
+            raise away[0]
+        return chunks
 
     def _embed(self, index: Index, progress: Progress) -> None:
         """Embed the chunks without a vector, ``embed_batch`` at a time, until done or stopped."""
