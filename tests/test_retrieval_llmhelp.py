@@ -124,3 +124,31 @@ def test_on_a_garbage_reply_falls_back_to_the_default_chunks_logged(quay_app, sc
     assert len([r for r in scripted.chats() if help_call(r.body)]) == 1
     assert indexed_texts(live)[1] == default_texts(live)
     assert any("fell back to the default chunker" in r.getMessage() for r in caplog.records)
+
+
+def test_cancel_stops_the_help_call_and_stores_no_chunks(tmp_path, scripted, make_live):
+    slow = Reply(text=json.dumps({"boundaries": list(range(36))}), token_delay=0.5)
+    scripted.script = lambda body: slow if help_call(body) else Reply(text="unused")
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, llm_boundaries=True))
+    Path(config.workspace).mkdir(parents=True, exist_ok=True)
+    (Path(config.workspace) / "quay.md").write_text(quay(), encoding="utf-8")
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": QUESTION})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": QUESTION, "way": "retrieve"})
+    wait_for(lambda: any(help_call(r.body) for r in scripted.chats()), 60, "the help call sent")
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_for(lambda: job.state == "choose", 60, f"the job stopped (it is {job.state})")
+    indexer = live.services.indexer
+    wait_for(lambda: all(p.finished.is_set() for p in indexer._tasks.values()), 30, "the build ended")
+    assert [p.state for p in indexer._tasks.values()] == ["cancelled"]
+    wait_for(lambda: all(r.disconnected for r in scripted.chats() if help_call(r.body)), 30,
+             "the help call's stream closed")
+    doc = indexer.document(Path(config.workspace) / "quay.md")
+    target = path_for(config.data_path, doc.fingerprint)
+    if target.exists():
+        with Index(target) as index:
+            assert not index.has_chunks()                              # nothing half-made is kept
+    assert not [r for r in scripted.chats() if not help_call(r.body)]  # no answer was asked
