@@ -194,7 +194,7 @@ class Calibration:
     chat figure (or the default) times ``KIND_FACTORS[kind]``.  The file keeps the chat
     samples under "bytes_per_token" as before (older files load unchanged) and the others
     under "by_kind".  It also keeps each model's reading and writing speed and how much of
-    ``num_predict`` replies use, for time estimates.
+    ``num_predict`` replies use, and each embedding model's seconds per piece, for time estimates.
     """
 
     def __init__(self, path: Path | None, default_bpt: float = 4.0):
@@ -204,6 +204,7 @@ class Calibration:
         self._kinds: dict[str, dict[str, list[float]]] = {}
         self._speed: dict[str, tuple[float, float]] = {}
         self._reply_share: dict[str, float] = {}
+        self._embed_seconds: dict[str, float] = {}   # seconds per embedded piece, per embedding model
         self._lock = threading.Lock()
         if path and path.exists():
             self._load()
@@ -303,6 +304,23 @@ class Calibration:
         with self._lock:
             return self._reply_share.get(model)
 
+    def embed_seconds(self, model: str) -> float | None:
+        """Seconds one passage piece takes to embed with ``model`` on this machine (None: no batch
+        measured yet), for the card's indexing estimate."""
+        with self._lock:
+            return self._embed_seconds.get(model)
+
+    def observe_embed(self, model: str, pieces: int, seconds: float) -> None:
+        """Learn from one finished embed batch of ``pieces`` pieces that took ``seconds`` (wall time:
+        the embed endpoints report no timings), smoothed like the chat speeds, and save."""
+        if pieces <= 0 or seconds <= 0:
+            return
+        now = seconds / pieces
+        with self._lock:
+            old = self._embed_seconds.get(model)
+            self._embed_seconds[model] = now if old is None else 0.7 * old + 0.3 * now
+        self._save()
+
     def _learn_speed(self, model: str, usage: "Usage") -> None:
         """Keep a smoothed reading speed and writing speed from the server's own times."""
         if not (usage.prompt_tokens and usage.prompt_seconds and usage.generated_tokens
@@ -323,9 +341,11 @@ class Calibration:
                            for m, kinds in data.get("by_kind", {}).items()}
             self._reply_share = {k: min(1.0, max(0.0, float(v)))
                                  for k, v in data.get("reply_share", {}).items()}
+            self._embed_seconds = {k: float(v) for k, v in data.get("embed_seconds", {}).items() if float(v) > 0}
         except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
             # a damaged file only costs the learning
             self._samples, self._speed, self._kinds, self._reply_share = {}, {}, {}, {}
+            self._embed_seconds = {}
 
     def _save(self) -> None:
         """Write atomically: a crash leaves the old file or the new one."""
@@ -333,7 +353,8 @@ class Calibration:
             return
         with self._lock:
             text = json.dumps({"bytes_per_token": self._samples, "by_kind": self._kinds,
-                               "speed": self._speed, "reply_share": self._reply_share})
+                               "speed": self._speed, "reply_share": self._reply_share,
+                               "embed_seconds": self._embed_seconds})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, text)
 

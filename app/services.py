@@ -36,7 +36,9 @@ class Services:
     def from_config(cls, config: Config) -> "Services":
         """Build every service; creates the data folders, reads nothing else."""
         from .analysis.runner import JobRunner
-        from .retrieval.indexer import Indexer
+        from .budget import context_window
+        from .chunking import llmhelp
+        from .retrieval.indexer import ChunkHelp, Indexer
         from .sessions.store import SessionStore
         from .work.activity import Activities
         from .work.calls import ModelCalls
@@ -52,7 +54,12 @@ class Services:
         svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
                   worker=Worker(activities), calls=ModelCalls(models, calibration))
         svc.jobs = JobRunner(svc)
-        svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval)
+        chat = config.ollama.model          # seed 004's help asks the configured chat model
+        chunk_help = ChunkHelp(llmhelp.Help.from_config(config.chunking), chat,
+                               window=lambda: context_window(config, chat, models.window(chat)),
+                               bytes_per_token=lambda: calibration.bytes_per_token(chat, conservative=True))
+        svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval, calibration, svc.calls,
+                              chunk_help)
         return svc
 
 

@@ -277,3 +277,52 @@ def test_a_fact_past_what_the_embedder_reads_is_still_sent(harbour, scripted):
     assert all(scripted.tokens_of(t) <= 128 for t in scripted.embedded_texts())
     assert job.rag_search == f"hybrid search (keywords and {EMBEDDER})"
     assert "Bartholomew Quince" in scripted.chats()[0].body["messages"][-1]["content"]
+
+
+def retrieval_button(card: str) -> str:
+    """The card's second-choice button text."""
+    return re.search(r"Answer from the most relevant passages \((.*?)may miss what is spread", card, re.S).group(1)
+
+
+def retrieval_chunk_count(live) -> int:
+    """The passages the retrieval chunker makes of the workspace's harbour.md (what indexing embeds)."""
+    from app import chunking
+    path = Path(live.config.workspace) / "harbour.md"
+    return len(chunking.chunk_document(live.services.indexer.document(path)))
+
+
+def test_the_card_says_what_indexing_costs_until_the_index_is_whole(harbour, scripted):
+    live = harbour()
+    name = live.open_session()
+    count = retrieval_chunk_count(live)
+    card = live.post(f"/s/{name}/messages", data={"message": QUESTION}).text
+    # no index yet, no batch measured: the passages to embed, the time said unknown
+    assert f"{count} passages to index first (time unknown until the first batch)" in retrieval_button(card)
+    # drawing the card embedded nothing, asked no model and wrote no index
+    assert scripted.embeds() == [] and scripted.chats() == []
+    assert not list((live.config.data_path / "indexes").glob("*.sqlite"))
+    live.post(f"/s/{name}/analysis/{live.services.jobs.open_for(name).id}/decline")
+    job, _ = ask_by_retrieval(live, name)
+    assert live.services.calibration.embed_seconds(EMBEDDER) > 0        # measured from the real batches
+    embeds = len(scripted.embeds())
+    card = live.post(f"/s/{name}/messages", data={"message": "Where does the cat sleep in harbour.md?"}).text
+    assert "to index" not in retrieval_button(card)                       # a whole index: no indexing cost
+    assert len(scripted.embeds()) == embeds
+    live.post(f"/s/{name}/analysis/{live.services.jobs.open_for(name).id}/decline")
+    # a changed file needs a new index: now with a time, at the measured seconds per piece
+    path = Path(live.config.workspace) / "harbour.md"
+    path.write_text(path.read_text() + "\n## Addendum\n\nThe cat moved to crane nine in 2026.\n")
+    card = live.post(f"/s/{name}/messages", data={"message": QUESTION}).text
+    assert re.search(rf"about \d+ min to index {retrieval_chunk_count(live)} passages", retrieval_button(card))
+    assert len(scripted.embeds()) == embeds
+
+
+def test_a_keyword_only_card_says_indexing_takes_seconds(harbour, scripted):
+    live = harbour(embedder=False)
+    name = live.open_session()
+    card = live.post(f"/s/{name}/messages", data={"message": QUESTION}).text
+    assert "a keyword index first (seconds)" in retrieval_button(card)
+    live.post(f"/s/{name}/analysis/{live.services.jobs.open_for(name).id}/decline")
+    ask_by_retrieval(live, name)
+    card = live.post(f"/s/{name}/messages", data={"message": QUESTION}).text
+    assert "index" not in retrieval_button(card)

@@ -215,3 +215,28 @@ def test_a_request_after_another_jobs_cancel_builds_the_index_after_all(tmp_path
     assert again is queued and not again.stop.is_set()
     indexer.wait(second.fingerprint, 60)
     assert busy.state == "complete" and again.state == "complete", again.note
+
+
+def test_the_cost_counts_what_is_left_and_prices_it_at_the_measured_speed(tmp_path, embedder):
+    from app.budget import Calibration
+    config = make_config(tmp_path, embedder.url)
+    calibration = Calibration(config.data_path / "calibration.json")
+    embedder.embed_delay = 0.05
+    indexer = Indexer(config.data_path, connect(config), Worker(Activities()), RetrievalConfig(embed_batch=4),
+                      calibration)
+    path = write(tmp_path, haystack(12))
+    doc = indexer.document(path)
+    total = len(chunking.chunk_document(doc))
+    before = indexer.cost(doc)
+    assert (before.complete, before.passages, before.seconds) == (False, total, None)
+    assert before.pieces >= total and embedder.embeds() == []          # estimating sent nothing
+    assert not ix.path_for(config.data_path, doc.fingerprint).exists()
+    indexer.request(doc)
+    indexer.wait(doc.fingerprint, 60)
+    per_piece = calibration.embed_seconds(EMBEDDER)
+    assert per_piece and per_piece > 0
+    assert Calibration(config.data_path / "calibration.json").embed_seconds(EMBEDDER) == per_piece   # kept
+    assert indexer.cost(doc).complete
+    changed = indexer.document(write(tmp_path, haystack(12) + "\n## More\n\nA new paragraph.\n"))
+    after = indexer.cost(changed)
+    assert not after.complete and after.seconds == pytest.approx(per_piece * after.pieces)

@@ -66,7 +66,7 @@ class Retrieval:
 
     def run(self, job: Job, doc: chunking.Document) -> None:
         """Index (or find the index), search, fit, ask once, record."""
-        rdoc = chunking.with_settings(doc, chunking.retrieval_settings())
+        rdoc = self.svc.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
         progress = self._indexed(job, rdoc)
         if progress is None:
             return

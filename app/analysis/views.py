@@ -9,6 +9,7 @@ with Last-Event-ID replays exactly what was missed.
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
@@ -25,6 +26,7 @@ from ..workspace import Workspace
 from . import direct as direct_analysis, library, passages
 from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
+log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
 
 
@@ -246,15 +248,52 @@ def _card_context() -> dict:
 
 def retrieval_offer(job: Job) -> dict:
     """The card's second choice (issue 25): its cost on this machine and whether passages can be
-    found by meaning, from the measured speed (one request of about ``passages`` x 600 tokens and a
-    reply) and the installed models (nothing is indexed or sent to draw the card)."""
+    found by meaning, from the measured speeds (one request of about ``passages`` x 600 tokens and a
+    reply; the indexing still to do at the measured seconds per embedded piece) and the installed
+    models.  Nothing is indexed or sent to a model to draw the card."""
     svc = services()
     settings = svc.config.retrieval
     prompt = settings.passages * chunking.RETRIEVAL_SIZE_TOKENS + 300
     speed = svc.calibration.speed(job.model)
     minutes = (prompt / speed[0] + svc.config.budget.reply_tokens / speed[1]) / 60 if speed else None
-    model = svc.indexer.embed_model() if svc.indexer else None
-    return {"minutes": minutes, "embed_model": model, "hint": embedding.MODEL_HINT}
+    cost = _index_cost(svc, job)
+    model = cost.model if cost else (svc.indexer.embed_model() if svc.indexer else None)
+    return {"minutes": minutes, "embed_model": model, "hint": embedding.MODEL_HINT,
+            "cost": cost_text(cost, minutes)}
+
+
+def _index_cost(svc, job: Job):
+    """What indexing the job's file still costs (``Indexer.cost``), or None when there is no indexer
+    or the file cannot be read now (the card then says no indexing figure; starting says why)."""
+    if not svc.indexer:
+        return None
+    try:
+        doc = svc.indexer.document(Workspace(svc.config.workspace_path).resolve(job.file).path)
+        return svc.indexer.cost(doc)
+    except (HarveyError, OSError) as exc:
+        log.info("card of %s: no indexing estimate (%s)", job.file, exc)
+        return None
+
+
+def cost_text(cost, minutes: float | None) -> str:
+    """The second choice's cost in words: the indexing still to do, then the answer, e.g. "about 6 min
+    to index 120 passages, then about 1 min" ("" when neither is known)."""
+    answer = f"about {_minutes(minutes * 60)} min" if minutes else ""
+    if cost is None or cost.complete:
+        return answer
+    if cost.model is None:
+        index = "a keyword index first (seconds)"
+    elif cost.seconds is None:
+        index = (f"{cost.passages} passage{'s' if cost.passages != 1 else ''} to index first "
+                 "(time unknown until the first batch)")
+    else:
+        index = f"about {_minutes(cost.seconds)} min to index {cost.passages} passage{'s' if cost.passages != 1 else ''}"
+    return f"{index}, then {answer}" if answer else index
+
+
+def _minutes(seconds: float) -> int:
+    """Whole minutes for a card, at least 1 (a card never promises "0 min")."""
+    return max(1, round(seconds / 60))
 
 
 def unread_where(job: Job) -> str:

@@ -19,8 +19,11 @@ halves (a few times at most); a passage's vectors are all its pieces', and searc
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +31,10 @@ from pathlib import Path
 from typing import Callable
 
 from .. import chunking
+from ..chunking import llmhelp
 from ..errors import HarveyError
-from ..modelserver import ContextExceeded
+from ..modelserver import Cancelled, ContextExceeded
+from ..work.activity import Activity
 from . import embedding
 from .index import BrokenIndex, Index, path_for, prune
 
@@ -40,6 +45,7 @@ EMBED_RESERVED_TOKENS = 8   # [CLS]/[SEP] or BOS/EOS, and a margin
 DEFAULT_EMBED_TOKENS = 256  # a server that does not say its model's limit: all-minilm's, the smallest common one
 MAX_HALVINGS = 4            # a refused piece is halved at most this often (16 calls at most) before it fails
 KEEP_TASKS = 16              # finished tasks remembered for their progress; older ones are read from disk
+KEEP_COUNTS = 8              # files whose pieces per passage are remembered for the card's estimate
 STATES = ("queued", "indexing", "complete", "cancelled", "interrupted")
 KEYWORD_ONLY_NOTE = ("No embedding model is installed, so passages are found by keyword search only; for "
                      f"search by meaning too: {embedding.MODEL_HINT}.")
@@ -57,6 +63,7 @@ class Progress:
     model: str | None = None         # the embedding model (None: keyword search only)
     note: str = ""                   # what the user should know (keyword only, why it stopped)
     stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    helping: Activity | None = field(default=None, repr=False)   # seed 004's call in flight (cancel stops it)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _listeners: set = field(default_factory=set, repr=False)      # Events a waiter wants set on news
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -90,24 +97,60 @@ class Progress:
         self.changed()
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What indexing a file still costs (the card's estimate; nothing is indexed or sent to make it)."""
+
+    model: str | None            # the embedding model (None: keyword search only)
+    complete: bool               # the index is whole: no indexing cost
+    passages: int = 0            # passages still to embed
+    pieces: int = 0              # the pieces they are sent as (the piece rule of ``piece_bytes``)
+    seconds: float | None = None  # the time to embed them (None: no batch of ``model`` measured yet)
+
+
+@dataclass(frozen=True)
+class ChunkHelp:
+    """Seed 004 for the index: which help is on, the model asked, and how its one call is sized
+    (asked only when help is on, so a default setup never touches the server for it)."""
+
+    help: llmhelp.Help
+    model: str
+    window: Callable[[], int]
+    bytes_per_token: Callable[[], float]
+
+
 class Indexer:
     """Indexes files on the "index" lane; asked by the views, read by the answer."""
 
-    def __init__(self, data_dir: str | Path, models, worker, settings):
+    def __init__(self, data_dir: str | Path, models, worker, settings, calibration=None, calls=None,
+                 chunk_help: ChunkHelp | None = None):
         self.data_dir = Path(data_dir)
         self.models = models                 # app.modelserver.ModelServer
         self.settings = settings             # config.RetrievalConfig
+        self.calibration = calibration       # app.budget.Calibration: the one owner of measured speeds
+        self.calls = calls                   # app.work.calls.ModelCalls: seed 004's one chat call
+        self.chunk_help = chunk_help if chunk_help and chunk_help.help.on and calls else None
         self._tasks: OrderedDict[str, Progress] = OrderedDict()
         self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
+        self._counts: OrderedDict[tuple[str, int], list[int]] = OrderedDict()   # pieces per chunk, by file
         self._lock = threading.Lock()
         self.lane = worker.lane("index", self._serve)
 
     # -- asking -----------------------------------------------------------------------------
 
-    @staticmethod
-    def document(path: str | Path) -> chunking.Document:
-        """The file read for retrieval (its fingerprint is its index's name)."""
-        return chunking.read_document(path, chunking.retrieval_settings())
+    def document(self, path: str | Path) -> chunking.Document:
+        """The file read for retrieval, under its index's name (``keyed``)."""
+        return self.keyed(chunking.read_document(path, chunking.retrieval_settings()))
+
+    def keyed(self, doc: chunking.Document) -> chunking.Document:
+        """``doc`` under the name of its index: the chunker fingerprint, or with seed 004's help on,
+        that and the help's fingerprint, so helped and default chunks never share an index, and the
+        model's chunks, stored once, are the same on every later run."""
+        if self.chunk_help is None:
+            return doc
+        h = self.chunk_help
+        blob = f"{doc.fingerprint}|{llmhelp.help_fingerprint(doc, h.help, h.model)}"
+        return dataclasses.replace(doc, fingerprint=hashlib.sha256(blob.encode()).hexdigest()[:16])
 
     def embed_model(self, quiet: bool = True) -> str | None:
         """The embedding model to use now, or None (keyword search only).  A server that does not
@@ -170,6 +213,56 @@ class Indexer:
             pass
         return progress
 
+    def cost(self, doc: chunking.Document) -> Cost:
+        """What indexing ``doc`` still costs: nothing for a complete index; without an embedding model
+        a keyword index (seconds); else the passages still without a vector, the pieces they are sent
+        as, and the time at the measured seconds per piece.  Reads the index file and chunks the text
+        (remembered per file), never calls a model, never writes."""
+        model = self.embed_model()
+        target = path_for(self.data_dir, doc.fingerprint)
+        missing = None                     # chunk numbers without a vector (None: no chunks in yet)
+        if target.exists():
+            try:
+                with Index(target) as index:
+                    if index.complete(model):
+                        return Cost(model, complete=True)
+                    if index.has_chunks() and model:
+                        missing = index.missing(model)
+            except BrokenIndex:
+                pass
+        if model is None:
+            return Cost(None, complete=False)
+        counts = self._piece_counts(doc, model)
+        numbers = range(len(counts)) if missing is None else [n for n in missing if n < len(counts)]
+        pieces = sum(counts[n] for n in numbers)
+        per_piece = self.calibration.embed_seconds(model) if self.calibration else None
+        return Cost(model, False, len(numbers), pieces, per_piece * pieces if per_piece is not None else None)
+
+    def _piece_counts(self, doc: chunking.Document, model: str) -> list[int]:
+        """How many pieces each of the file's chunks is embedded as (the indexer's rule), remembered
+        for the last ``KEEP_COUNTS`` files so a card drawn again does not chunk the file again."""
+        max_bytes = piece_bytes(model, self._window(model))
+        key = (doc.fingerprint, max_bytes)
+        with self._lock:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
+        counts = [len(chunking.split_to_fit(c.text, max_bytes))
+                  for c in chunking.chunk_document(doc)]
+        with self._lock:
+            self._counts[key] = counts
+            while len(self._counts) > KEEP_COUNTS:
+                self._counts.popitem(last=False)
+        return counts
+
+    def _window(self, model: str) -> int | None:
+        """The embedding model's input limit from the server's facts (asked once per model; None when
+        the server cannot say now: the cautious default is used)."""
+        try:
+            return self.models.window(model)
+        except HarveyError:
+            return None
+
     def cancel(self, fingerprint: str) -> bool:
         """Stop indexing a file after the batch in flight (what is done stays done)."""
         with self._lock:
@@ -177,6 +270,9 @@ class Indexer:
         if not known or known.finished.is_set():
             return False
         known.stop.set()
+        helping = known.helping
+        if helping is not None:
+            helping.stop()
         return True
 
     def wait(self, fingerprint: str, timeout: float) -> Progress | None:
@@ -230,7 +326,12 @@ class Indexer:
             index = Index(target, write=True)
         with index:
             if not index.has_chunks():
-                index.add_document(doc, chunking.chunk_document(doc))
+                try:
+                    chunks = self._chunks(doc, progress)
+                except Cancelled:
+                    progress.state, progress.note = "cancelled", "Indexing was cancelled while the model chose chunks."
+                    return progress
+                index.add_document(doc, chunks)
             progress.total = index.chunk_count()
             progress.model = self.embed_model(quiet=False)
             if progress.model is None:
@@ -243,6 +344,37 @@ class Indexer:
             keep = set(self._tasks) | {doc.fingerprint}
         prune(self.data_dir, keep=keep)
         return progress
+
+    def _chunks(self, doc: chunking.Document, progress: Progress) -> list[chunking.Chunk]:
+        """The file's chunks: the default chunker's, or with seed 004 on, the model's (one call
+        through ModelCalls, stopped by ``cancel``; an invalid reply falls back to the default chunks,
+        logged by llmhelp).  A server away is not a fallback: the build stops and is asked again, so
+        the index never keeps default chunks under the helped name for a passing outage."""
+        h = self.chunk_help
+        if h is None:
+            return chunking.chunk_document(doc)
+        activity = Activity(f"index-{doc.fingerprint}", "", "index", 0)
+        progress.helping = activity
+        if progress.stop.is_set():
+            activity.stop()
+        away: list[HarveyError] = []
+        ask = llmhelp.model_ask(self.calls, activity, h.model, h.window(), h.bytes_per_token())
+
+        def asked(messages: list[dict], schema: dict, num_predict: int) -> str:
+            try:
+                return ask(messages, schema, num_predict)
+            except HarveyError as exc:
+                if exc.transient and not isinstance(exc, Cancelled):
+                    away.append(exc)
+                raise
+
+        try:
+            chunks = llmhelp.helped_chunks(doc, h.help, asked, h.model)
+        finally:
+            progress.helping = None
+        if away:
+            raise away[0]
+        return chunks
 
     def _embed(self, index: Index, progress: Progress) -> None:
         """Embed the chunks without a vector, ``embed_batch`` at a time, until done or stopped."""
@@ -258,7 +390,10 @@ class Indexer:
                 return
             numbers = missing[at:at + size]
             passages = index.passages(numbers)
+            began = time.monotonic()
             vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
+            if self.calibration is not None:
+                self.calibration.observe_embed(model, sum(len(vs) for vs in vectors), time.monotonic() - began)
             index.add_vectors(model, [(p.n, v) for p, vs in zip(passages, vectors) for v in vs])
             progress.embedded += len(numbers)
             progress.changed()
