@@ -99,6 +99,7 @@ def test_a_huge_file_named_in_a_chat_gets_the_card_and_is_not_read(live_big, spi
     tokens = int(re.search(r"about ([\d,]+) tokens", fragment).group(1).replace(",", ""))
     assert tokens > BIG_TEXT_BYTES / 8
     assert "huge.txt" not in spied                   # neither sized nor planned by reading it
+    assert "Answer from the most relevant passages" in fragment and "keyword index first" in fragment
     assert scripted.chats() == []
     assert "Context overflow: huge.txt is approximately" in session_text(live, name)
 
@@ -205,3 +206,19 @@ def test_an_estimated_plan_is_planned_exactly_by_the_worker_and_runs(tmp_path, s
     assert {int(m.group(1)) for m in maps} == set(range(1, job.total + 1))   # (a re-plan may re-size: #14)
     assert "SYNTHESIZED" in session_text(live, name)
     assert doc.text.startswith(big_markdown()[:40])
+
+
+def test_the_retrieval_choice_on_a_huge_files_card_is_estimated_without_reading_it(tmp_path, scripted, make_live,
+                                                                                    spied):
+    """With an embedding model installed, the card's second choice counts the passages to index from the
+    file's estimated tokens (issue 25), still without reading the file (issue 23)."""
+    scripted.models["nomic-embed-text:latest"] = 2048
+    config = big_file_config(tmp_path, scripted)
+    write_big_text(Path(config.workspace) / "huge.txt")
+    live = make_live(config)
+    name = live.open_session()
+    fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize huge.txt"}).text
+    tokens = int(re.search(r"about ([\d,]+) tokens", fragment).group(1).replace(",", ""))
+    passages = int(re.search(r"([\d,]+) passages to index first", fragment).group(1).replace(",", ""))
+    assert passages == -(-tokens // 600)
+    assert "huge.txt" not in spied and scripted.embeds() == [] and scripted.chats() == []

@@ -23,7 +23,7 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
-from . import direct as direct_analysis, library, passages
+from . import direct as direct_analysis, library, passages, plan
 from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
 
 log = logging.getLogger(__name__)
@@ -268,8 +268,10 @@ def _index_cost(svc, job: Job):
     if not svc.indexer:
         return None
     try:
-        doc = svc.indexer.document(Workspace(svc.config.workspace_path).resolve(job.file).path)
-        return svc.indexer.cost(doc)
+        path = Workspace(svc.config.workspace_path).resolve(job.file).path
+        if chunking.measure(path).text_bytes > plan.PLAN_READ_BYTES:
+            return svc.indexer.estimate(job.file_tokens)      # never read a huge file to draw a card
+        return svc.indexer.cost(svc.indexer.document(path))
     except (HarveyError, OSError) as exc:
         log.info("card of %s: no indexing estimate (%s)", job.file, exc)
         return None

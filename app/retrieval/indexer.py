@@ -238,6 +238,19 @@ class Indexer:
         per_piece = self.calibration.embed_seconds(model) if self.calibration else None
         return Cost(model, False, len(numbers), pieces, per_piece * pieces if per_piece is not None else None)
 
+    def estimate(self, tokens: int) -> Cost:
+        """The cost for a file too large to read for a card (issue 23: a request never holds a huge
+        text): its passages from its estimated tokens at the retrieval chunk size, each sent as the
+        pieces a full passage needs; whether it is indexed already is not known without reading it."""
+        model = self.embed_model()
+        if model is None:
+            return Cost(None, complete=False)
+        size = chunking.RETRIEVAL_SIZE_TOKENS
+        passages = max(1, -(-tokens // size))
+        pieces = passages * max(1, -(-size * 4 // piece_bytes(model, self._window(model))))
+        per_piece = self.calibration.embed_seconds(model) if self.calibration else None
+        return Cost(model, False, passages, pieces, per_piece * pieces if per_piece is not None else None)
+
     def _piece_counts(self, doc: chunking.Document, model: str) -> list[int]:
         """How many pieces each of the file's chunks is embedded as (the indexer's rule), remembered
         for the last ``KEEP_COUNTS`` files so a card drawn again does not chunk the file again."""
