@@ -25,6 +25,7 @@ plumbing and the fusion, and its recall says nothing about a real embedding mode
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import random
 import resource
@@ -154,35 +155,69 @@ def recall(index: Index, chunks_text: dict[int, str], embed, model: str | None, 
     return {"recall": out, "search_ms": 1000 * sorted(times)[len(times) // 2]}
 
 
-def indexer_run(tokens: int) -> None:
-    """The app's own Indexer (worker lane, batches over real HTTP to the scripted server with the
-    bag-of-words embedder) on a ``tokens``-token file: its time and this process's peak RSS."""
+def indexer_run(tokens: int, url: str | None = None, embed_model: str | None = None,
+                chat_model: str | None = None) -> None:
+    """The app's own Indexer (worker lane, batches over real HTTP) on a ``tokens``-token file: its time
+    and this process's peak RSS.  Without ``url`` the scripted server (in this process) embeds with the
+    bag of words; with it, that server's ``embed_model`` (e.g. the demo's all-minilm, another process)
+    does, and with ``chat_model`` one answer is timed too: a search and one chat request holding the
+    top 8 passages, as the card's second choice sends."""
     from app.config import Config, OllamaConfig, RetrievalConfig
     from app.modelserver import connect
     from app.retrieval.indexer import Indexer
     from app.work.activity import Activities
     from app.work.worker import Worker
-    from haystacks import bag_vector
-    from scripted_ollama import ScriptedOllama
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with ScriptedOllama(models={"tiny:1b": 8192, "nomic-embed-text:latest": 2048}) as server, \
-            tempfile.TemporaryDirectory() as tmp:
-        server.embed_fn = bag_vector
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        if url is None:
+            from haystacks import bag_vector
+            from scripted_ollama import ScriptedOllama
+            server = stack.enter_context(ScriptedOllama(models={"tiny:1b": 8192, "nomic-embed-text:latest": 2048}))
+            server.embed_fn, url, where = bag_vector, server.url, "the scripted server runs in the same process"
+        else:
+            server, where = None, f"{embed_model} at {url}, another process"
         path = Path(tmp) / "big.md"
         path.write_text(make_haystack(tokens), encoding="utf-8")
-        indexer = Indexer(Path(tmp) / "data", connect(Config(ollama=OllamaConfig(url=server.url))),
-                          Worker(Activities()), RetrievalConfig())
+        models = connect(Config(ollama=OllamaConfig(url=url, timeout_s=600.0)))
+        indexer = Indexer(Path(tmp) / "data", models, Worker(Activities()),
+                          RetrievalConfig(embed_model=embed_model or "auto"))
         t0 = time.perf_counter()
         doc = indexer.document(path)
         progress = indexer.request(doc)
-        indexer.wait(doc.fingerprint, 3600)
+        indexer.wait(doc.fingerprint, 7200)
         took = time.perf_counter() - t0
-        requests = len(server.embeds())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"Indexer, {tokens:,}-token file: {progress.state}, {progress.total} chunks, {requests} embed requests, "
-          f"{took:.1f} s; peak RSS of the process {peak:.0f} MB ({before:.0f} MB before the run; the scripted "
-          "server runs in the same process).")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        requests = len(server.embeds()) if server else "?"
+        print(f"Indexer, {tokens:,}-token file: {progress.state}, {progress.total} chunks, {requests} embed "
+              f"requests, {took:.1f} s; peak RSS of the process {peak:.0f} MB ({before:.0f} MB before the run; "
+              f"{where}).")
+        if chat_model and server is None:
+            answer_run(models, indexer, doc, embed_model, chat_model)
+
+
+def answer_run(models, indexer, doc, embed_model: str, chat_model: str) -> None:
+    """One answer from the built index: the question embedded, a hybrid search, one chat request."""
+    from app.analysis.retrieve import _in_rank_order, user_message
+    from app.retrieval.index import Index, path_for
+
+    planted, question, _ = FACTS[0]
+    t0 = time.perf_counter()
+    vector = embedding.pack(models.embed(embed_model, [embedding.query_text(embed_model, question)])[0])
+    with Index(path_for(indexer.data_dir, doc.fingerprint)) as index:
+        hits = search.search(index, question, embed_model, vector, limit=8)
+        passages = sorted(_in_rank_order(index, [h.n for h in hits]), key=lambda p: p.n)
+    t1 = time.perf_counter()
+    message = user_message("big.md", question, passages)
+    text, usage = models.chat_text(chat_model, [{"role": "user", "content": message}], num_ctx=8192,
+                                   num_predict=128)
+    t2 = time.perf_counter()
+    found = any(planted in p.text for p in passages)
+    print(f"Answer: search {1000 * (t1 - t0):.0f} ms (the question embedded, hybrid), {len(passages)} passages "
+          f"(planted fact among them: {found}), one chat request of {usage.prompt_tokens if usage else '?'} "
+          f"prompt tokens and {usage.generated_tokens if usage else '?'} generated in {t2 - t1:.1f} s "
+          f"({chat_model}).")
 
 
 def main(argv=None) -> int:
@@ -192,11 +227,12 @@ def main(argv=None) -> int:
     ap.add_argument("--embed-url")
     ap.add_argument("--embed-model")
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--chat-model", help="with --indexer and --embed-url: also time one answer with this model")
     ap.add_argument("--indexer", type=int, metavar="TOKENS",
                     help="instead: time the app's Indexer on a file of TOKENS tokens, and its peak memory")
     args = ap.parse_args(argv)
     if args.indexer:
-        indexer_run(args.indexer)
+        indexer_run(args.indexer, args.embed_url, args.embed_model, args.chat_model)
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
     ks = [int(k) for k in args.k.split(",")]
