@@ -56,6 +56,41 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
+class Calls:
+    """The calls in flight of an activity or of one of its parts, and whether it was stopped: a stop
+    cancels every call attached, and a call attached after the stop is cancelled at once."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+        self._calls: set[Cancellable] = set()
+        self._lock = threading.Lock()
+
+    def cancel_all(self) -> None:
+        """Stopped: every call in flight is cancelled, whatever stage it is at."""
+        with self._lock:
+            self.stopped.set()
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+
+    def attach(self, call: Cancellable) -> None:
+        """A call now in flight (cancelled at once if the stop came first)."""
+        with self._lock:
+            self._calls.add(call)
+            stopped = self.stopped.is_set()
+        if stopped:
+            call.cancel()
+
+    def detach(self, call: Cancellable) -> None:
+        """The call ended: a later stop has nothing of it to cancel (and the set stays small)."""
+        with self._lock:
+            self._calls.discard(call)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._calls)
+
+
 class Activity:
     """One piece of model work holding one session; stoppable from any thread."""
 
@@ -71,31 +106,25 @@ class Activity:
         # Waiting on the user (an analysis card asking for its instruction): it holds the
         # session, but a new message answers it and a delete may discard it.
         self.waiting = False
-        self._stop = threading.Event()
         self._ended = threading.Event()
-        self._calls: set[Cancellable] = set()   # every call in flight (one, or an analysis's map calls)
-        self._lock = threading.Lock()
+        self._calls = Calls()                   # every call in flight (one, or an analysis's map calls)
 
     # -- stopping ------------------------------------------------------------------------
 
     @property
     def stopped(self) -> bool:
         """A stop was asked (by the user, or the server going away)."""
-        return self._stop.is_set()
+        return self._calls.stopped.is_set()
 
     def stop(self) -> None:
         """End the work now: every call in flight is cancelled, whatever stage it is at."""
-        with self._lock:
-            self._stop.set()
-            calls = list(self._calls)
-        for call in calls:
-            call.cancel()
+        self._calls.cancel_all()
         self.events.wake()
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s (a pause before a retry); True as soon as a stop comes, so a Stop
         during the pause ends it at once, without a sleep loop."""
-        return self._stop.wait(timeout)
+        return self._calls.stopped.wait(timeout)
 
     def interrupt(self, reason: str) -> None:
         """Stop because the server is going away (recorded with an "interrupted" note)."""
@@ -105,22 +134,15 @@ class Activity:
     def attach(self, call: Cancellable) -> None:
         """A model call now in flight (one of several, maybe): a stop cancels it (at once, if the stop
         came first)."""
-        with self._lock:
-            self._calls.add(call)
-            stopped = self._stop.is_set()
-        if stopped:
-            call.cancel()
+        self._calls.attach(call)
 
     def detach(self, call: Cancellable) -> None:
-        """The call ended: a later stop has nothing of it to cancel (and the set stays small)."""
-        with self._lock:
-            self._calls.discard(call)
+        self._calls.detach(call)
 
     @property
     def in_flight(self) -> int:
         """How many calls are attached now (a test's and a log line's figure)."""
-        with self._lock:
-            return len(self._calls)
+        return len(self._calls)
 
     # -- ending -------------------------------------------------------------------------
 
@@ -142,9 +164,7 @@ class Part:
 
     def __init__(self, activity: Activity):
         self.activity = activity
-        self._cancelled = threading.Event()
-        self._calls: set[Cancellable] = set()
-        self._lock = threading.Lock()
+        self._calls = Calls()
 
     def __enter__(self) -> "Part":
         self.activity.attach(self)
@@ -155,31 +175,22 @@ class Part:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self._calls.stopped.is_set()
 
     def cancel(self) -> None:
         """End this part now: its call in flight is cancelled, a pause it waits in ends."""
-        with self._lock:
-            self._cancelled.set()
-            calls = list(self._calls)
-        for call in calls:
-            call.cancel()
+        self._calls.cancel_all()
 
     def attach(self, call: Cancellable) -> None:
         """The part's call now in flight (cancelled at once if the part was cancelled first)."""
-        with self._lock:
-            self._calls.add(call)
-            cancelled = self._cancelled.is_set()
-        if cancelled:
-            call.cancel()
+        self._calls.attach(call)
 
     def detach(self, call: Cancellable) -> None:
-        with self._lock:
-            self._calls.discard(call)
+        self._calls.detach(call)
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s; True as soon as the part (or its activity) is stopped."""
-        return self._cancelled.wait(timeout)
+        return self._calls.stopped.wait(timeout)
 
 
 class Activities:
