@@ -55,6 +55,21 @@ class Serve:
     def __init__(self, folder: Path, ollama_url: str, *options: str):
         """``options``: more arguments for ``harvey serve`` (``--demo``)."""
         self.folder = folder
+        self.token = ""
+        for attempt in range(3):       # a free port can be taken by another test worker before the bind
+            self._launch(ollama_url, options)
+            wait_until(self._up_or_exited, 30, f"harvey serve answering on {self.url}")
+            if self.proc.poll() is None:
+                return
+            self.http.close()
+            self.log.close()
+            if "Address already in use" not in self.output():
+                break
+        pytest.fail(f"harvey serve exited with {self.proc.returncode}: {self.output()}")
+
+    def _launch(self, ollama_url: str, options) -> None:
+        """Start ``harvey serve`` on a port free a moment ago."""
+        folder = self.folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = folder / "harvey.yaml"
@@ -70,19 +85,18 @@ class Serve:
         self.proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--config", str(config), *options],
                                      cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.http = httpx.Client(base_url=self.url, timeout=10.0, follow_redirects=True)
-        self.token = ""
-        wait_until(self._up, 30, f"harvey serve answering on {self.url}")
 
-    def _up(self) -> bool:
+    def _up_or_exited(self) -> bool:
         if self.proc.poll() is not None:
-            pytest.fail(f"harvey serve exited with {self.proc.returncode}: {self.output()}")
+            return True
         try:
             return self.http.get("/healthz", timeout=1.0).status_code == 200
         except httpx.HTTPError:
             return False
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.folder / f"serve-{self.port}.log").read_text()
 
     def get(self, path: str) -> httpx.Response:
