@@ -30,6 +30,7 @@ import pytest
 from app.sessions import fountain, notes
 from scripted_ollama import Reply
 from test_streams import snapshot_tail
+from balancer import free_port
 from conftest import require
 from waiting import wait_for_exit, wait_until
 
@@ -41,12 +42,6 @@ def stop_timeout_s() -> float:
     """systemd's TimeoutStopSec for the service (what `harvey serve` must exit within)."""
     unit = (ROOT / "deploy" / "harvey.service").read_text()
     return float(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Serve:

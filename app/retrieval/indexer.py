@@ -235,8 +235,7 @@ class Indexer:
         counts = self._piece_counts(doc, model)
         numbers = range(len(counts)) if missing is None else [n for n in missing if n < len(counts)]
         pieces = sum(counts[n] for n in numbers)
-        per_piece = self.calibration.embed_seconds(model) if self.calibration else None
-        return Cost(model, False, len(numbers), pieces, per_piece * pieces if per_piece is not None else None)
+        return self._priced(model, len(numbers), pieces)
 
     def estimate(self, tokens: int) -> Cost:
         """The cost for a file too large to read for a card (issue 23: a request never holds a huge
@@ -248,6 +247,11 @@ class Indexer:
         size = chunking.RETRIEVAL_SIZE_TOKENS
         passages = max(1, -(-tokens // size))
         pieces = passages * max(1, -(-size * 4 // piece_bytes(model, self._window(model))))
+        return self._priced(model, passages, pieces)
+
+    def _priced(self, model: str, passages: int, pieces: int) -> Cost:
+        """The cost of embedding ``pieces`` at the measured seconds per piece of ``model`` (None:
+        no batch of it measured yet), for the card's estimate from an index or from a size alone."""
         per_piece = self.calibration.embed_seconds(model) if self.calibration else None
         return Cost(model, False, passages, pieces, per_piece * pieces if per_piece is not None else None)
 
