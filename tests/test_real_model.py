@@ -81,8 +81,15 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
     second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"})
     gen2 = wait_reply(second, name)
     assert gen2.status == "done"
-    # the second request carried the first turn: Ollama read more tokens than the message alone
-    assert gen2.usage.prompt_tokens > gen.usage.prompt_tokens
+    # The second request carried the first turn when it fits beside the new message and the reply
+    # reserve (Ollama read more tokens than the first message alone). The 135M model sometimes fills
+    # the 512 window with its first reply (417 tokens, seen in CI): then the budget must leave that
+    # turn out, and the request still fits the window.
+    first_exchange = gen.usage.prompt_tokens + gen.usage.generated_tokens
+    if first_exchange + 64 + 40 <= 512 * 0.9:
+        assert gen2.usage.prompt_tokens > gen.usage.prompt_tokens
+    else:
+        assert gen2.usage.prompt_tokens < first_exchange and gen2.usage.prompt_tokens + 64 <= 512
     turns = fountain.turns(fountain.loads((second.services.store.folder / f"{name}.spmd").read_text()))
     assert [t.user_text for t in turns] == ["My cat is called Pixel. Say hello to her.", "What is my cat called?"]
     assert second.services.calibration.samples(MODEL) + first.services.calibration.samples(MODEL) >= 0
