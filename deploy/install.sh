@@ -119,12 +119,19 @@ ensure_user() {
     --shell /usr/sbin/nologin --comment "Harvey Web" "$USER_NAME"
 }
 
+# The top-level package folders pyproject.toml installs (app, harvey_demo): pip install -e
+# stops when one named there is missing from the copy.
+packaged_dirs() {
+  sed -n '/^\[tool.setuptools\]/,/^\[/p' "$SOURCE/pyproject.toml" \
+    | grep -o '"[A-Za-z_][A-Za-z0-9_]*[".]' | tr -d '".' | sort -u
+}
+
 # The app, templates and static files as they are in the checkout, in /opt/harvey/src.
 sync_source() {
   local stage
   stage="$(mktemp -d)"
   tar -C "$SOURCE" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' -cf - \
-    app templates static pyproject.toml harvey.yaml.example deploy $(cd "$SOURCE" && ls -d README* LICENSE* 2>/dev/null) \
+    $(packaged_dirs) templates static pyproject.toml harvey.yaml.example deploy $(cd "$SOURCE" && ls -d README* LICENSE* 2>/dev/null) \
     | tar -C "$stage" --no-same-owner -xf -
   chmod -R u=rwX,go=rX "$stage"
   if [ -d "$ROOT$PREFIX/src" ] && diff -rq -x __pycache__ -x '*.egg-info' -x build "$ROOT$PREFIX/src" "$stage" >/dev/null; then

@@ -179,6 +179,21 @@ def test_install_into_a_temporary_root_twice(tmp_path, stubs):
     assert not calls.exists(), calls.read_text()
 
 
+def test_the_copied_source_builds_as_a_package(tmp_path, stubs):
+    """Every package pyproject.toml names is in /opt/harvey/src: a real pip builds it (a missing
+    harvey_demo stopped every real install with 'package directory ... does not exist')."""
+    env, _ = stubs
+    root = tmp_path / "root"
+    install(env, "--root", str(root))
+    src = root / "opt/harvey/src"
+    assert (src / "harvey_demo/__init__.py").is_file()
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                             "--quiet", "-w", str(tmp_path / "wheel"), str(src)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list((tmp_path / "wheel").glob("harvey_web-*.whl"))
+
+
 def test_install_keeps_an_edited_config_and_follows_source_changes(tmp_path, stubs):
     env, _ = stubs
     root, source = tmp_path / "root", tmp_path / "checkout"
