@@ -187,7 +187,7 @@ def test_the_copied_source_builds_as_a_package(tmp_path, stubs):
     install(env, "--root", str(root))
     src = root / "opt/harvey/src"
     assert (src / "harvey_demo/__init__.py").is_file()
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                              "--quiet", "-w", str(tmp_path / "wheel"), str(src)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
