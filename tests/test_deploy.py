@@ -197,7 +197,7 @@ def test_the_copied_source_builds_as_a_package(tmp_path, stubs):
 def test_install_keeps_an_edited_config_and_follows_source_changes(tmp_path, stubs):
     env, _ = stubs
     root, source = tmp_path / "root", tmp_path / "checkout"
-    for part in ("app", "templates", "static", "deploy"):
+    for part in ("app", "harvey_demo", "templates", "static", "deploy"):
         shutil.copytree(REPO / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "harvey.yaml.example"):
         shutil.copy(REPO / part, source / part)
