@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import threading
 
 import pytest
 
@@ -117,8 +118,29 @@ def timed_maps(delays: dict[int, float], default: float = 0.0):
     return script
 
 
+def held_first_map(script, timeout: float = 30.0):
+    """``script``, but the first map call is held until a second map call arrives (or ``timeout``).
+
+    With ``parallel: 2`` the app sends the second while the first is open, so the overlap the tests
+    assert is the app's doing, not the scheduler's luck on a busy machine; an app that sent one call
+    at a time makes the first wait out ``timeout`` and ``max_in_flight`` stays 1."""
+    lock, second, seen = threading.Lock(), threading.Event(), []
+
+    def wrapped(body):
+        if chunk_of(body) is not None:
+            with lock:
+                seen.append(1)
+                first = len(seen) == 1
+            if first:
+                second.wait(timeout)
+            else:
+                second.set()
+        return script(body)
+    return wrapped
+
+
 def test_parallel_2_keeps_two_calls_in_flight_and_results_land_in_chunk_order(tmp_path, scripted, make_live):
-    scripted.script = timed_maps({1: 1.0, 2: 0.0}, default=0.05)      # chunk 2 ends long before chunk 1
+    scripted.script = held_first_map(timed_maps({1: 1.0, 2: 0.0}, default=0.05))   # chunk 2 ends first
     live = make_live(parallel_config(tmp_path, scripted))
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.")
@@ -171,7 +193,7 @@ def test_a_stop_during_a_re_plan_keeps_the_answer_that_already_arrived(tmp_path,
 
 
 def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(tmp_path, scripted, make_live):
-    scripted.script = timed_maps({}, default=0.15)
+    scripted.script = held_first_map(timed_maps({}, default=0.15))
     config = parallel_config(tmp_path, scripted)
     first = make_live(config)
     name = first.open_session()
@@ -255,7 +277,7 @@ def test_an_openai_servers_context_refusal_re_splits_the_chunk(tmp_path, make_li
         found = map_or_reduce(body)
         return OpenAIReply(text=found.text)
 
-    with ScriptedOpenAI(models={"tiny:1b": 8192}, script=script) as server:
+    with ScriptedOpenAI(models={"tiny:1b": 8192}, script=held_first_map(script)) as server:
         config = big_file_config(tmp_path, server)
         config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", parallel=2))
         live = make_live(config)
