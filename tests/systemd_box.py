@@ -11,7 +11,8 @@ with ``nsenter``. The pieces:
   of its own, which the hardened unit's mount namespace needs (else 226/NAMESPACE);
 - its own network namespace: port 8080 and Ollama's 11434 inside are the box's own, whatever this
   machine runs. pip inside installs from a wheelhouse this machine's pip fills
-  (``/var/cache/harvey-test/wheels``, resolved through its usual index and settings);
+  (``/var/cache/harvey-test/wheels``, resolved through its usual index and settings), named in the
+  box's /etc/pip.conf (sudo drops PIP_* variables);
 - ``stop()`` kills the namespace's PID 1 (everything in it goes with it) and unmounts the overlay.
 """
 
@@ -84,12 +85,15 @@ def rootfs(log=print) -> Path:
     return final
 
 
-def wheelhouse(requirements: list[str]) -> Path:
-    """Wheels for ``requirements`` (plus pip and setuptools) as this machine's pip resolves them."""
-    folder = CACHE / "wheels"
+def wheelhouse(base: Path, requirements: list[str]) -> Path:
+    """Wheels for ``requirements`` (plus pip and setuptools) as this machine's pip resolves them for
+    the rootfs's own Python (Debian 12's 3.11.2: the newest release of a package may need 3.11.5)."""
+    version = subprocess.run(["chroot", str(base), "python3", "-c", "import platform; print(platform.python_version())"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    folder = CACHE / f"wheels-{version}"
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "-d", str(folder), "pip", "setuptools>=68",
-               *requirements]
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", version,
+               "-d", str(folder), "pip", "setuptools>=68", *requirements]
     subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
     return folder
 
@@ -113,6 +117,9 @@ class Box:
                         f"lowerdir={self.base},upperdir={upper},workdir={lower_work}", str(self.root)], check=True)
         self._mounted = True
         (self.root / WHEELS_INSIDE.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        # pip's settings for the whole box (sudo drops PIP_* from the environment): the wheelhouse only.
+        (self.root / "etc/pip.conf").write_text(f"[global]\nno-index = true\nfind-links = {WHEELS_INSIDE}\n"
+                                                "disable-pip-version-check = true\n")
         r = self.root
         script = f"""set -e
 mount --make-rprivate /

@@ -30,7 +30,7 @@ MODEL = "llama3.2:3b"                      # what install.sh's harvey.yaml names
 TEXT = "".join(f"w{n:03d} " for n in range(400))
 
 
-def wait(predicate, seconds: float, what: str):
+def wait(predicate, seconds: float, what: str, seen=lambda: ""):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -39,15 +39,20 @@ def wait(predicate, seconds: float, what: str):
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise SystemExit(json.dumps({"error": f"timed out waiting for {what}"}))
+    raise SystemExit(json.dumps({"error": f"timed out waiting for {what}", "seen": seen()}))
 
 
 def signed_in(password: str) -> tuple[httpx.Client, str]:
     """A client with the sign-in cookie, and the CSRF token of the page it landed on."""
     client = httpx.Client(base_url=URL, timeout=10.0, follow_redirects=True, headers={"Origin": URL})
-    page = client.post("/login", data={"password": password, "next": "/"})
-    token = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(page.text))
-    return client, token.group(1) if token else ""
+    first = _token(client.get("/login").text)
+    client.post("/login", data={"password": password, "next": "/", "csrf_token": first})
+    return client, _token(client.get("/").text)
+
+
+def _token(page: str) -> str:
+    found = re.search(r'"X-CSRF-Token": "([^"]+)"', html.unescape(page))
+    return found.group(1) if found else ""
 
 
 def main() -> None:
@@ -63,18 +68,21 @@ def main() -> None:
         headers = {"X-CSRF-Token": token, "HX-Request": "true"}
         sent = client.post(f"/s/{name}/messages", data={"message": "count slowly"}, headers=headers)
         pieces: list[str] = []
+        lines: list[str] = []
 
         def follow():
             try:
                 with client.stream("GET", f"/s/{name}/turns/0/stream", timeout=30) as response:
                     for line in response.iter_lines():
+                        lines.append(line)
                         if line.startswith("data:") and line[5:].strip().startswith("w"):
                             pieces.append(line[5:].strip())
             except httpx.HTTPError:
                 pass
 
         threading.Thread(target=follow, daemon=True).start()
-        wait(lambda: len(" ".join(pieces)) >= 40, 30, "some of the reply to arrive")
+        wait(lambda: len(" ".join(pieces)) >= 40, 30, "some of the reply to arrive",
+             lambda: f"sent {sent.status_code} {sent.text[:300]!r}; stream {lines[:12]!r}")
         pid_before = _show("MainPID")
         t0 = time.monotonic()
         restart = subprocess.run(["systemctl", "restart", "harvey"], capture_output=True, text=True, timeout=120)
