@@ -44,15 +44,21 @@ def cannot_run() -> str | None:
     """Why this machine cannot boot the box (a skip reason), or None when it can."""
     if os.geteuid() != 0:
         return "needs root: systemd as PID 1 in new namespaces (unshare, overlay mounts)"
-    for tool in ("unshare", "nsenter", "mount", "ip"):
-        if not shutil.which(tool):
-            return f"{tool} is not installed (util-linux, iproute2)"
+    if not shutil.which("unshare"):
+        return "unshare (util-linux) is missing"
     if "overlay" not in Path("/proc/filesystems").read_text():
         return "the kernel has no overlay filesystem"
     probe = subprocess.run(["unshare", "-p", "-f", "-m", "-u", "-i", "-n", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"this machine cannot make namespaces: {probe.stderr.strip()}"
     return None
+
+
+def missing_tools() -> list[str]:
+    """The Debian packages whose commands the box needs and this machine lacks (scripts/test.sh
+    installs them): a failure, not a skip."""
+    need = {"debootstrap": "debootstrap", "nsenter": "util-linux", "ip": "iproute2", "git": "git", "chroot": "coreutils"}
+    return sorted({package for tool, package in need.items() if not shutil.which(tool)})
 
 
 def rootfs(log=print) -> Path:
@@ -74,7 +80,12 @@ def rootfs(log=print) -> Path:
         (stage / "etc/hosts").write_text("127.0.0.1 localhost\n127.0.1.1 harvey-pi\n")
         (stage / "etc/machine-id").write_text("")          # systemd makes one at boot
         subprocess.run(["chroot", str(stage), "apt-get", "clean"], check=True, capture_output=True)
-        os.rename(stage, final)
+        try:
+            os.rename(stage, final)
+        except OSError:                             # another run built it meanwhile: use that one
+            if not (final / "lib/systemd/systemd").exists():
+                raise
+            shutil.rmtree(stage, ignore_errors=True)
     except subprocess.CalledProcessError as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise RuntimeError(f"debootstrap failed: {exc.stderr[-2000:] if exc.stderr else exc}") from exc

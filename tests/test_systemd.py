@@ -51,6 +51,8 @@ def box():
     reason = systemd_box.cannot_run()
     if reason:
         pytest.skip(f"cannot boot systemd in namespaces here: {reason}")
+    missing = systemd_box.missing_tools()
+    assert not missing, f"apt-get install {' '.join(missing)} (scripts/test.sh does)"
     t0 = time.monotonic()
     base = systemd_box.rootfs()
     built = time.monotonic() - t0
