@@ -16,7 +16,8 @@ says, and the tests below check, in order, what a Pi owner would see:
   restarts every 5 s forever;
 - `--uninstall` keeps the sessions.
 
-Slow (about 2-3 minutes to build the rootfs the first time, then well under a minute and a half).
+Slow: the first run builds the rootfs with debootstrap (195 s here at load 13; the whole file 4 min 50 s),
+later runs boot the cached one (the whole file about 1 min 40 s).
 """
 
 from __future__ import annotations
