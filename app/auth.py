@@ -73,6 +73,7 @@ def set_password(data_path: Path, password: str) -> Path:
     """
     data_path = Path(data_path)
     data_path.mkdir(parents=True, exist_ok=True)
+    owner = data_path.stat()
     salt = secrets.token_bytes(16)
     digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P)
     record = f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}\n"
@@ -83,8 +84,33 @@ def set_password(data_path: Path, password: str) -> Path:
         fh.write(record)
         fh.flush()
         os.fsync(fh.fileno())
+    if os.geteuid() == 0 and (owner.st_uid, owner.st_gid) != (0, 0):
+        # `sudo harvey set-password`: the file belongs to the data folder's owner (the service's
+        # user), else the service cannot read its own password (issue 31).
+        os.chown(tmp, owner.st_uid, owner.st_gid)
     os.replace(tmp, path)
     return path
+
+
+def _user(uid: int) -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def unreadable_hint(path: Path) -> str:
+    """Why this process cannot read the password file, and the command that fixes it."""
+    try:
+        st = path.stat()
+        owner, mode = _user(st.st_uid), f"{st.st_mode & 0o777:04o}"
+    except OSError:
+        owner, mode = "unknown", "unknown"
+    me = _user(os.geteuid())
+    return (f"cannot read the password file {path}: permission denied (owned by {owner}, mode {mode}; Harvey "
+            f"runs as {me}), so no one can sign in. Fix: `sudo chown {me}: {path}`, or set the password again "
+            f"as {me}: `sudo -u {me} harvey --config <harvey.yaml> set-password`")
 
 
 def verify_record(record: str, password: str) -> bool:
@@ -141,6 +167,9 @@ class PasswordFile:
             record = self.path.read_text(encoding="ascii").strip()
             _parse(record)
             return record
+        except PermissionError:
+            log.error("%s", unreadable_hint(self.path))
+            return None
         except (OSError, ValueError, UnicodeDecodeError):
             log.error("%s is not a usable password file: run `%s` again", self.path, SET_PASSWORD_HINT)
             return None

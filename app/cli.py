@@ -57,6 +57,7 @@ def cmd_serve(config: Config, args) -> int:
     """Serve the app; with --demo, fall back to the bundled model."""
     from . import create_app
     from .modelserver import connect
+    from .netaddr import listen_urls
 
     server_cfg = dataclasses.replace(config.server, host=args.host or config.server.host,
                                      port=args.port if args.port is not None else config.server.port)
@@ -75,7 +76,7 @@ def cmd_serve(config: Config, args) -> int:
                         probe.name, config.ollama.url)
     app = create_app(config)
     server = make_server(app, server_cfg)
-    log.info("Harvey Web %s listening on %s", _version(), _urls(server_cfg.host, server.effective_port))
+    log.info("Harvey Web %s listening on %s", _version(), listen_urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; %s at %s, model %s", config.sessions_path,
              config.workspace_path, app.extensions["harvey"].models.name, config.ollama.url, config.ollama.model)
     try:
@@ -199,18 +200,6 @@ def _start_demo(config: Config):
     return demo, dataclasses.replace(config, ollama=ollama)
 
 
-def _urls(host: str, port: int) -> str:
-    if host in ("0.0.0.0", "::"):
-        import socket
-        names = {"127.0.0.1"}
-        try:
-            names.update(socket.gethostbyname_ex(socket.gethostname())[2])
-        except OSError:
-            pass
-        return ", ".join(f"http://{n}:{port}/" for n in sorted(names))
-    return f"http://{host}:{port}/"
-
-
 def _version() -> str:
     from .version import __version__
     return __version__
@@ -270,9 +259,30 @@ def cmd_set_password(config: Config, args) -> int:
     if len(first) < 8:
         print("harvey: use at least 8 characters; nothing changed", file=sys.stderr)
         return 1
-    path = set_password(config.data_path, first)
-    print(f"password set ({path}); devices signed in before must sign in again")
+    try:
+        path = set_password(config.data_path, first)
+    except PermissionError as exc:
+        owner = _owner_of(config.data_path)
+        print(f"harvey: cannot write the password in {config.data_path} ({exc.strerror}); nothing changed. "
+              f"Run it as the user who owns that folder: sudo -u {owner} {sys.argv[0] or 'harvey'} --config "
+              f"{config.source or '<harvey.yaml>'} set-password", file=sys.stderr)
+        return 1
+    print(f"password set ({path}, readable by {_owner_of(path)} only); devices signed in before must "
+          "sign in again")
     return 0
+
+
+def _owner_of(path: Path) -> str:
+    """The name of the user who owns ``path`` (its uid when it has no name)."""
+    import pwd
+    try:
+        uid = Path(path).stat().st_uid
+    except OSError:
+        return "harvey"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests need into ./.venv and run the whole test suite, four tests at a time.
-# The browser tests drive Debian's Chromium, and the reverse-proxy tests put Debian's nginx (with an
-# openssl-made certificate) in front of the app; they are installed here when missing.
+# The browser tests drive Debian's Chromium, the reverse-proxy tests put Debian's nginx (with an
+# openssl-made certificate) in front of the app, and the systemd test needs debootstrap; they are
+# installed here when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 apt_install() {
@@ -13,6 +14,12 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# tests/test_systemd.py boots systemd over a Debian rootfs that debootstrap makes (cached in
+# /var/cache/harvey-test); ip (iproute2) gives it a LAN address and names this machine's addresses.
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need+=(iproute2)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v git >/dev/null 2>&1 || need+=(git)
 python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)   # split out on Debian
 if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
 python3 -m venv .venv
