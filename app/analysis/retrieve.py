@@ -22,7 +22,7 @@ from ..budget import estimate_messages, estimate_tokens, new_budget
 from ..errors import HarveyError
 from ..modelserver import Cancelled
 from ..retrieval import embedding, search
-from ..retrieval.index import Index, Passage, path_for
+from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
 from . import mapreduce
 from .execute import _one_line
@@ -67,15 +67,27 @@ class Retrieval:
     def run(self, job: Job, doc: chunking.Document) -> None:
         """Index (or find the index), search, fit, ask once, record."""
         rdoc = self.svc.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
-        progress = self._indexed(job, rdoc)
-        if progress is None:
-            return
-        budget = self._budget(job)
-        with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
-            model = progress.model if progress.model and index.complete(progress.model) else None
-            hits, how = self._search(job, index, model)
-            chosen, scores = self._fit(job, index, hits, budget)
-            total = index.chunk_count()
+        for attempt in range(2):          # a damaged index is removed, built anew and searched once more
+            progress = self._indexed(job, rdoc)
+            if progress is None:
+                return
+            budget = self._budget(job)
+            try:
+                with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
+                    model = progress.model if progress.model and index.complete(progress.model) else None
+                    hits, how = self._search(job, index, model)
+                    chosen, scores = self._fit(job, index, hits, budget)
+                    total = index.chunk_count()
+                break
+            except BrokenIndex as exc:
+                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                if attempt:
+                    return self.runner._fail(job, f"The index of {job.file} is damaged and could not be made "
+                                                  f"anew: {_one_line(exc)}")
+                log.warning("retrieval %s: %s; indexing again", job.id, exc)
+                self.runner._progress(job, stage="the index was damaged: indexing again")
+            except HarveyError as exc:         # a search past its time limit
+                return self.runner._fail(job, f"The passages of {job.file} could not be searched: {_one_line(exc)}")
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
                       "other words, or read all the chunks.")
@@ -107,8 +119,12 @@ class Retrieval:
             return None
         if not progress.complete:
             target = path_for(self.svc.config.data_path, rdoc.fingerprint)
-            with Index(target) as index:
-                usable = index.has_chunks()
+            try:
+                with Index(target) as index:
+                    usable = index.has_chunks()
+            except BrokenIndex as exc:
+                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                usable = False
             if not usable:
                 self.runner.transition(job, "interrupted", message=(
                     f"{job.file} could not be indexed: {progress.note or progress.state}. Retry when the model "

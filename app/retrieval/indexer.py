@@ -36,7 +36,7 @@ from ..errors import HarveyError
 from ..modelserver import Cancelled, ContextExceeded
 from ..work.activity import Activity
 from . import embedding
-from .index import BrokenIndex, Index, path_for, prune
+from .index import BrokenIndex, Index, path_for, prune, remove
 
 log = logging.getLogger(__name__)
 
@@ -209,9 +209,21 @@ class Indexer:
                 if index.complete(model):
                     progress.state = "complete"
                     progress.note = "" if model else KEYWORD_ONLY_NOTE
-        except BrokenIndex:
-            pass
+        except BrokenIndex as exc:
+            self.broken(doc.fingerprint, exc)
+            progress.state = "queued"
         return progress
+
+    def broken(self, fingerprint: str, why: Exception) -> None:
+        """A reader met an SQLite error in this index: the file goes (unless a build of it runs now:
+        that build meets the damage itself), and the next request builds it anew."""
+        with self._lock:
+            known = self._tasks.get(fingerprint)
+            if known and not known.finished.is_set():
+                return
+            removed = remove(path_for(self.data_dir, fingerprint))
+        if removed:
+            log.warning("index %s is damaged (%s); removed, it will be made anew", fingerprint, why)
 
     def cost(self, doc: chunking.Document) -> Cost:
         """What indexing ``doc`` still costs: nothing for a complete index; without an embedding model
@@ -228,8 +240,8 @@ class Indexer:
                         return Cost(model, complete=True)
                     if index.has_chunks() and model:
                         missing = index.missing(model)
-            except BrokenIndex:
-                pass
+            except BrokenIndex as exc:
+                self.broken(doc.fingerprint, exc)
         if model is None:
             return Cost(None, complete=False)
         counts = self._piece_counts(doc, model)
@@ -329,19 +341,24 @@ class Indexer:
             progress.end()
 
     def build(self, doc: chunking.Document, progress: Progress) -> Progress:
-        """Chunks and FTS rows first (if not in yet), then the vectors still missing, batch by batch."""
+        """Chunks and FTS rows first (if not in yet), then the vectors still missing, batch by batch.
+        An SQLite error anywhere in the file (at the open or at any later query) removes it and the
+        build starts again from nothing, once."""
         if progress.stop.is_set():
             progress.state = "cancelled"
             return progress
         progress.state = "indexing"
         target = path_for(self.data_dir, doc.fingerprint)
         try:
-            index = Index(target, write=True)
+            return self._build(doc, progress, target)
         except BrokenIndex as exc:
             log.warning("index %s is damaged (%s); making it anew", target.name, exc)
-            target.unlink(missing_ok=True)
-            index = Index(target, write=True)
-        with index:
+            remove(target)
+            progress.embedded = 0
+            return self._build(doc, progress, target)
+
+    def _build(self, doc: chunking.Document, progress: Progress, target: Path) -> Progress:
+        with Index(target, write=True) as index:
             if not index.has_chunks():
                 try:
                     chunks = self._chunks(doc, progress)
@@ -463,5 +480,9 @@ def _checked(embed: Embed, model: str, texts: list[str]) -> list[list[float]]:
     """The server's vectors for ``texts``, refused unless there is one per text."""
     vectors = embed(model, texts)
     if len(vectors) != len(texts):
-        raise BrokenIndex(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
+        raise BadVectors(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
     return vectors
+
+
+class BadVectors(HarveyError):
+    """The server answered another number of vectors than it was sent texts (its fault, not the file's)."""
