@@ -66,3 +66,21 @@ def test_a_changed_log_is_still_shown_by_its_lines(live):
     assert analysis.passages[2].lines == (1, 1)
     response = live.get(f"/s/{name}/turns/0/passages/2", headers={"HX-Request": "true"})
     assert response.status_code == 200 and "one" in response.text and "changed" in response.text.lower()
+
+
+def test_a_citation_opens_a_file_whose_name_has_two_spaces_a_tab_or_brackets(live):
+    """Issue 35, item 7: the session file flattened such a name, so its citations could not open."""
+    workspace = Path(live.config.workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    for file in ("my  notes.log", "tab\there.log", "see [[wiki]] page.log", "a, b.log"):
+        path = workspace / file
+        path.write_text("one\n" + FACT + "three\n", encoding="utf-8")
+        source = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        analysis = fountain.ChunkAnalysis(file, 3, "tiny:1b", "paragraph", 1500, "When did the disk fill?", T0,
+                                          ["ok", "ok", "ok"], "ok", source=source)
+        analysis.passages[2] = fountain.Passage(2, 4, 4 + len(FACT), (2, 2), quotes=["THE DISK FILLED UP"])
+        name = write_session(live.services.store, T0, [("When?", "Here [2].", "tiny:1b")], analysis=analysis)
+        assert live.services.store.load(name).turns[0].analysis.file == file
+        response = live.get(f"/s/{name}/turns/0/passages/2", headers={"HX-Request": "true"})
+        assert response.status_code == 200 and "THE DISK FILLED UP" in response.text, file
+        assert "cannot be read" not in response.text
