@@ -73,7 +73,7 @@ class Retrieval:
                 return
             budget = self._budget(job)
             try:
-                with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
+                with Index(path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))) as index:
                     model = progress.model if progress.model and index.complete(progress.model) else None
                     hits, how = self._search(job, index, model)
                     chosen, scores = self._fit(job, index, hits, budget)
@@ -118,7 +118,7 @@ class Retrieval:
             self.runner._after_stop(job)
             return None
         if not progress.complete:
-            target = path_for(self.svc.config.data_path, rdoc.fingerprint)
+            target = path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))
             try:
                 with Index(target) as index:
                     usable = index.has_chunks()
