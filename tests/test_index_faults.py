@@ -10,6 +10,7 @@ import pytest
 
 from app.retrieval import index as ix
 from app.retrieval import search
+from haystacks import bag_vector
 from scripted_ollama import Reply
 from test_retrieval_answer import EMBEDDER, QUESTION, ask_by_retrieval, document_embeds, harbour  # noqa: F401
 
@@ -162,3 +163,47 @@ def test_an_index_of_the_older_schema_is_made_anew(tmp_path):
     with pytest.raises(ix.BrokenIndex, match="another schema"):
         ix.Index(path)
     assert re.match(r"\d+", str(ix.SCHEMA)) and ix.SCHEMA >= 3
+
+
+# -- vectors keyed by the model's digest and dimension (issue 35, item 7) ----------------------------
+
+def test_an_embedder_of_another_dimension_under_the_same_name_gets_the_file_embedded_again(harbour, scripted):
+    live = harbour()
+    name = live.open_session()
+    first, _ = ask_by_retrieval(live, name)
+    embedded = len(document_embeds(scripted))
+    [path] = index_files(live)
+    with ix.Index(path) as index:
+        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}#64"
+    # a new model pulled under the same tag: 32 numbers a vector
+    scripted.embed_fn = lambda text: bag_vector(text)[:32]
+    job, _ = ask_by_retrieval(live, name, "Where does the harbour master's cat sleep in harbour.md?")
+    assert len(document_embeds(scripted)) - embedded == first.rag_chunks        # every passage again
+    with ix.Index(path) as index:
+        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}#32" and index.complete(EMBEDDER)
+    assert "crane seven" in scripted.chats()[-1].body["messages"][-1]["content"]
+    assert "found by hybrid search" in (live.services.store.folder / f"{name}.spmd").read_text()
+
+
+def test_a_new_digest_under_the_same_name_makes_the_vectors_stale(tmp_path, scripted):
+    """The digest a model server reports (Ollama's /api/tags) is part of the key: a model pulled
+    again under the same tag is never compared with the old vectors."""
+    from test_retrieval_indexer import index_and_wait, new_indexer, write
+    scripted.models[EMBEDDER] = 2048
+    scripted.embed_fn = bag_vector
+    indexer = new_indexer(tmp_path, scripted)
+    digests = {EMBEDDER: "sha256:aaaaaaaaaaaaaaaa"}
+    indexer.models.digest = lambda model: digests[model]        # what a server that says it answers
+    path = write(tmp_path, "## One\n\nThe cat sleeps in crane seven.\n\n## Two\n\nThe tide turns at noon.\n")
+    doc, progress = index_and_wait(indexer, path)
+    assert progress.state == "complete"
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}@sha256:aaaaa#64"
+    assert indexer.status(doc).complete
+    digests[EMBEDDER] = "sha256:bbbbbbbbbbbbbbbb"
+    assert not indexer.status(doc).complete and indexer.cost(doc).passages == progress.total
+    before = len(scripted.embedded_texts())
+    doc, progress = index_and_wait(indexer, path)
+    assert progress.state == "complete" and len(scripted.embedded_texts()) - before == progress.total
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}@sha256:bbbbb#64"

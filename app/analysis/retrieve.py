@@ -79,6 +79,12 @@ class Retrieval:
                     chosen, scores = self._fit(job, index, hits, budget)
                     total = index.chunk_count()
                 break
+            except StaleVectors as exc:
+                self.svc.indexer.stale(rdoc.fingerprint, exc.model)
+                if attempt:
+                    return self.runner._fail(job, f"The passages of {job.file} could not be searched: {exc}")
+                log.warning("retrieval %s: %s; embedding the file again", job.id, exc)
+                self.runner._progress(job, stage="the embedding model changed: indexing again")
             except BrokenIndex as exc:
                 self.svc.indexer.broken(rdoc.fingerprint, exc)
                 if attempt:
@@ -178,6 +184,10 @@ class Retrieval:
             except HarveyError as exc:
                 log.warning("retrieval %s: the question could not be embedded (%s); keyword search", job.id, exc)
                 model = None
+        key = index.vector_key(model) if model else None
+        if vector is not None and key and key.rsplit("#", 1)[-1] != str(len(vector) // 4):
+            raise StaleVectors(model, f"{model} now answers {len(vector) // 4} numbers a vector; the index "
+                                      f"holds vectors of {key.rsplit('#', 1)[-1]}")
         hits = search.search(index, job.task, model, vector, limit=limit)
         return hits, (f"hybrid search (keywords and {model})" if model else "keyword search")
 
@@ -254,6 +264,14 @@ class Retrieval:
         self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
                                rag_search=how, rag_chunks=total)
         self.runner._finish(job, answer, "ok")
+
+
+class StaleVectors(HarveyError):
+    """The stored vectors are not comparable with the question's (another dimension)."""
+
+    def __init__(self, model: str, message: str):
+        super().__init__(message)
+        self.model = model
 
 
 class _Wake:

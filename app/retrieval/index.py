@@ -203,14 +203,23 @@ class Index:
     def has_chunks(self) -> bool:
         return self.meta("chunks") is not None
 
+    def vector_key(self, model: str) -> str | None:
+        """The key ``model``'s vectors are stored under: ``NAME@DIGEST#DIM`` (the model's digest
+        where the server says it, and the vectors' dimension), so a new model under the same tag,
+        or one of another dimension, is never compared with the old vectors; None: none stored."""
+        return self.meta(f"vectors:{model}")
+
     def vector_count(self, model: str) -> int:
         """How many chunks have their vectors from ``model``."""
-        return self._rows("SELECT count(DISTINCT n) FROM vectors WHERE model = ?", (model,))[0][0]
+        key = self.vector_key(model)
+        if key is None:
+            return 0
+        return self._rows("SELECT count(DISTINCT n) FROM vectors WHERE model = ?", (key,))[0][0]
 
     def missing(self, model: str) -> list[int]:
         """Chunk numbers that have no vector from ``model`` yet, in order (what is left to embed)."""
         rows = self._rows("SELECT n FROM chunks WHERE n NOT IN (SELECT n FROM vectors WHERE model = ?) "
-                          "ORDER BY n", (model,))
+                          "ORDER BY n", (self.vector_key(model) or "",))
         return [n for (n,) in rows]
 
     def complete(self, model: str | None) -> bool:
@@ -233,7 +242,7 @@ class Index:
     def vectors(self, model: str) -> Iterator[tuple[int, bytes]]:
         """Every (chunk number, unit float32 vector bytes) of ``model``: one per piece of a chunk."""
         try:
-            yield from self._query("SELECT n, vec FROM vectors WHERE model = ?", (model,))
+            yield from self._query("SELECT n, vec FROM vectors WHERE model = ?", (self.vector_key(model) or "",))
         except sqlite3.Error as exc:
             raise self._broken(exc) from exc
 
@@ -283,17 +292,32 @@ class Index:
                                ("tokens", str(doc.tokens)), ("chunks", str(len(chunks)))):
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]]) -> None:
+    def drop_vectors(self, model: str) -> None:
+        """Forget ``model``'s vectors (another model now answers under its name, or another
+        dimension): every chunk is embedded again."""
+        key = self.vector_key(model)
+        try:
+            with self.db:
+                if key is not None:
+                    self.db.execute("DELETE FROM vectors WHERE model = ?", (key,))
+                self.db.execute("DELETE FROM meta WHERE key = ?", (f"vectors:{model}",))
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+    def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]], key: str | None = None) -> None:
         """One batch of vectors, committed together (a batch cut off is embedded again, whole).  A
         chunk of several pieces comes as several items with its number, in order, all in this batch
-        (a chunk's vectors are whole or absent); they replace any it had."""
+        (a chunk's vectors are whole or absent); they replace any it had.  ``key``: what they are
+        stored under (``vector_key``; the first batch sets it)."""
+        key = key or self.vector_key(model) or model
         rows, pieces = [], Counter()
         for n, vec in items:
-            rows.append((model, n, pieces[n], pack(vec)))
+            rows.append((key, n, pieces[n], pack(vec)))
             pieces[n] += 1
         try:
             with self.db:
-                self.db.executemany("DELETE FROM vectors WHERE model = ? AND n = ?", [(model, n) for n in pieces])
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"vectors:{model}", key))
+                self.db.executemany("DELETE FROM vectors WHERE model = ? AND n = ?", [(key, n) for n in pieces])
                 self.db.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?)", rows)
         except sqlite3.Error as exc:
             raise self._broken(exc) from exc

@@ -224,14 +224,47 @@ class Indexer:
         try:
             with Index(target) as index:
                 progress.total, progress.model = index.chunk_count(), model
-                progress.embedded = index.vector_count(model) if model else 0
-                if index.complete(model):
+                fresh = model is None or self.current(index, model)
+                progress.embedded = index.vector_count(model) if model and fresh else 0
+                if fresh and index.complete(model):
                     progress.state = "complete"
                     progress.note = "" if model else KEYWORD_ONLY_NOTE
         except BrokenIndex as exc:
             self.broken(doc.fingerprint, exc)
             progress.state = "queued"
         return progress
+
+    def key_base(self, model: str) -> str:
+        """What a model's stored vectors are keyed by, before their dimension: its name and, when
+        the model server says it (``digest(model)``, Ollama's ``/api/tags``), its digest."""
+        ask = getattr(self.models, "digest", None)
+        digest = None
+        if callable(ask):
+            try:
+                digest = ask(model)
+            except HarveyError:
+                digest = None
+        return f"{model}@{digest[:12]}" if isinstance(digest, str) and digest else model
+
+    def current(self, index: Index, model: str) -> bool:
+        """Whether ``model``'s vectors in ``index`` (if any) are of the model that has its name now."""
+        key = index.vector_key(model)
+        return key is None or key.rsplit("#", 1)[0] == self.key_base(model)
+
+    def stale(self, fingerprint: str, model: str) -> None:
+        """A search found the stored vectors of ``model`` are not comparable with its question's
+        (another dimension): they go, and the next request embeds the file again."""
+        with self._lock:
+            known = self._tasks.get(fingerprint)
+            if known and not known.finished.is_set():
+                return
+        target = path_for(self.data_dir, self.stored(fingerprint))
+        try:
+            with Index(target, write=True) as index:
+                index.drop_vectors(model)
+        except BrokenIndex as exc:
+            self.broken(fingerprint, exc)
+        log.warning("index %s: the vectors of %s are another model's; they will be made again", fingerprint, model)
 
     def broken(self, fingerprint: str, why: Exception) -> None:
         """A reader met an SQLite error in this index: the file goes (unless a build of it runs now:
@@ -255,10 +288,11 @@ class Indexer:
         if target.exists():
             try:
                 with Index(target) as index:
-                    if index.complete(model):
+                    fresh = model is None or self.current(index, model)
+                    if fresh and index.complete(model):
                         return Cost(model, complete=True)
                     if index.has_chunks() and model:
-                        missing = index.missing(model)
+                        missing = index.missing(model) if fresh else list(range(index.chunk_count()))
             except BrokenIndex as exc:
                 self.broken(doc.fingerprint, exc)
         if model is None:
@@ -451,6 +485,9 @@ class Indexer:
     def _embed(self, index: Index, progress: Progress) -> None:
         """Embed the chunks without a vector, ``embed_batch`` at a time, until done or stopped."""
         model = progress.model
+        base = self.key_base(model)
+        if not self.current(index, model):
+            index.drop_vectors(model)            # another model under the name, or another dimension
         missing = index.missing(model)
         progress.embedded = progress.total - len(missing)
         size = self.settings.embed_batch
@@ -466,7 +503,12 @@ class Indexer:
             vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
             if self.calibration is not None:
                 self.calibration.observe_embed(model, sum(len(vs) for vs in vectors), time.monotonic() - began)
-            index.add_vectors(model, [(p.n, v) for p, vs in zip(passages, vectors) for v in vs])
+            items = [(p.n, v) for p, vs in zip(passages, vectors) for v in vs]
+            key = f"{base}#{len(items[0][1])}" if items else None
+            if key and index.vector_key(model) not in (None, key):
+                index.drop_vectors(model)        # the model now answers in another dimension: start again
+                return self._embed(index, progress)
+            index.add_vectors(model, items, key)
             progress.embedded += len(numbers)
             progress.changed()
 
