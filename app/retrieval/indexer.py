@@ -236,7 +236,7 @@ class Indexer:
 
     def key_base(self, model: str) -> str:
         """What a model's stored vectors are keyed by, before their dimension: its name and, when
-        the model server says it (``digest(model)``, Ollama's ``/api/tags``), its digest."""
+        the model server says it (an optional ``digest(model)`` of the model server), its digest."""
         ask = getattr(self.models, "digest", None)
         digest = None
         if callable(ask):
