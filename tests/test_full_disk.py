@@ -115,3 +115,18 @@ def test_cancel_with_a_full_disk_gives_the_session_back(held, scripted):
              and session_free(live, name), 60, f"the job given back (it is {job.state}: {job.message})")
     assert "the disk is full" in job.message
     assert live.get(f"/s/{name}").status_code == 200
+
+
+def test_start_with_a_full_disk_says_so_and_starts_once_there_is_room(tmp_path, scripted, make_live, small_disk):
+    scripted.script = map_or_reduce
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    filler = fill(small_disk)
+    card = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize each part."})
+    assert card.status_code == 200 and "the disk is full" in card.text
+    assert job.state == "proposed" and scripted.chats() == []
+    filler.unlink()
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize each part."})
+    wait_settled(live, job, 60)
