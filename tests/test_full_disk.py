@@ -130,3 +130,17 @@ def test_start_with_a_full_disk_says_so_and_starts_once_there_is_room(tmp_path, 
     filler.unlink()
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize each part."})
     wait_settled(live, job, 60)
+
+
+def test_an_sd_card_remounted_read_only_gives_the_session_back(held, scripted):
+    live, name, job, gate, data = held
+    assert subprocess.run(["mount", "-o", "remount,ro", str(data)], capture_output=True).returncode == 0
+    try:
+        gate.set()
+        wait_for(lambda: job.state == "interrupted" and session_free(live, name), 60,
+                 f"the job given back (it is {job.state}: {job.message})")
+        assert "the disk is read-only" in job.message
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(data)], capture_output=True)
+    live.post(f"/s/{name}/analysis/{job.id}/resume")
+    wait_settled(live, job, 60)
