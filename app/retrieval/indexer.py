@@ -273,7 +273,11 @@ class Indexer:
             known = self._tasks.get(fingerprint)
             if known and not known.finished.is_set():
                 return
-            removed = remove(path_for(self.data_dir, self._fell_back.get(fingerprint, fingerprint)))
+            try:
+                removed = remove(path_for(self.data_dir, self._fell_back.get(fingerprint, fingerprint)))
+            except OSError as exc:           # a disk remounted read-only: the file stays, searches fail clearly
+                log.warning("index %s is damaged (%s) and cannot be removed: %s", fingerprint, why, exc)
+                return
         if removed:
             log.warning("index %s is damaged (%s); removed, it will be made anew", fingerprint, why)
 
@@ -385,7 +389,7 @@ class Indexer:
             return
         try:
             self.build(doc, progress)
-        except HarveyError as exc:
+        except (HarveyError, OSError) as exc:     # OSError: the folder cannot be written (a full disk)
             progress.state, progress.note = "interrupted", f"Indexing stopped: {exc}"
             log.warning("index %s (%s): %s", doc.path, fingerprint, exc)
         finally:
