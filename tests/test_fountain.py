@@ -347,8 +347,8 @@ def test_fountain_tools_read_any_reply_as_the_models_dialogue(reply, model):
     assert FountainParser().validate(text) == []
     cue = spmd.model_cue(model)
     assert [c for c, _ in fountain_py_cues(text)] == ["RSDOIEL", "HARVEY", cue]
-    lines = spmd._encode_text(reply)
-    message = spmd._encode_text(spmd.split_mention(reply)[1])     # a leading @model goes to a note
+    lines = spmd._encode_text(reply, dialogue=True)
+    message = spmd._encode_text(spmd.split_mention(reply)[1], dialogue=True)     # a leading @model goes to a note
     assert jouvence_dialogue(text) == [("RSDOIEL", _jouvence_view(message)), ("HARVEY", "Forwarding to %s." % cue),
                                        (cue, _jouvence_view(lines))]
 
@@ -386,7 +386,7 @@ def test_fountain_py_validates_our_file_and_keeps_the_reply_as_dialogue():
     cues = fountain_py_cues(text)
     assert [c for c, _ in cues] == ["RSDOIEL", "HARVEY", "LLAMA3.1", "RSDOIEL", "HARVEY", "LLAMA3.1"]
     dialogue = cues[2][1]
-    assert "/* not a boneyard, just C" in dialogue  # fountain-py shows "/\*" as "/*"
+    assert "/\u200b* not a boneyard, just C" in dialogue  # a zero width space breaks "/*" (no backslash)
     assert "WARNING" in dialogue and "THIS LINE IS ALL CAPS" in dialogue
     assert dialogue.count(spmd.BLANK_LINE) >= 4  # the blank lines stay inside the dialogue
     elements = FountainParser().parse(text).elements
@@ -402,9 +402,9 @@ def test_jouvence_reads_the_replies_as_the_model_cues_dialogue():
     big = pairs[2][1].split("\n")
     for line in ["WARNING", "THIS LINE IS ALL CAPS", "```c", "```", "CUT TO:\u200b"]:   # (Harvey's transition)
         assert line in big
-    assert "\u200b#include <stdio.h>" in big and "/\\* not a boneyard, just C" in big
+    assert "\u200b#include <stdio.h>" in big and "/\u200b* not a boneyard, just C" in big
     # "int" lines get a zero width space (the terminal Harvey reads them as scene headings).
-    assert pairs[5][1] == "C code:\n\u200bint x = 1; /\\* one\n/\\* two */\n\u200b*/"
+    assert pairs[5][1] == "C code:\n\u200bint x = 1; /\u200b* one\n/\u200b* two */\n\u200b*/"
     # A cue-like first line is escaped, the others are not; the blank lines are kept (zero width space).
     assert pairs[8][1] == "\u200bPLAIN\n\u200b\nCAPS\n\u200b\nLINES"
     assert [s.header for s in JouvenceParser().parseString(text).scenes][1:] == [

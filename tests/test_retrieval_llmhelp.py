@@ -77,7 +77,8 @@ def answer_by_retrieval(live):
 def indexed_texts(live) -> tuple[str, list[str]]:
     """The index file's name and the chunk texts it holds, for quay.md as the indexer names it."""
     doc = live.services.indexer.document(Path(live.config.workspace) / "quay.md")
-    with Index(path_for(live.config.data_path, doc.fingerprint)) as index:
+    stored = live.services.indexer.stored(doc.fingerprint)    # the default chunker's name after a fallback
+    with Index(path_for(live.config.data_path, stored)) as index:
         return doc.fingerprint, [p.text for p in index.passages(range(index.chunk_count()))]
 
 
@@ -124,6 +125,32 @@ def test_on_a_garbage_reply_falls_back_to_the_default_chunks_logged(quay_app, sc
     assert len([r for r in scripted.chats() if help_call(r.body)]) == 1
     assert indexed_texts(live)[1] == default_texts(live)
     assert any("fell back to the default chunker" in r.getMessage() for r in caplog.records)
+    # the default chunks are stored under the default chunker's name, never the helped one (issue 35)
+    key = indexed_texts(live)[0]
+    plain = chunking.read_document(Path(live.config.workspace) / "quay.md", chunking.retrieval_settings()).fingerprint
+    assert live.services.indexer.stored(key) == plain
+    assert not path_for(live.config.data_path, key).exists() and path_for(live.config.data_path, plain).exists()
+
+
+def test_a_file_of_many_paragraphs_gets_the_models_boundaries_in_requests_that_fit(tmp_path, scripted, make_live):
+    """Issue 35, item 7: the one help request over every piece of a file of more than a few dozen
+    paragraphs never fitted the window, so the model's boundaries never applied."""
+    every_piece = lambda body: json.dumps({"boundaries": list(range(pieces_in(body)))})   # noqa: E731
+    scripted.script = lambda body: Reply(text=every_piece(body)) if help_call(body) else Reply(text="It is [1].")
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, llm_boundaries=True))
+    Path(config.workspace).mkdir(parents=True, exist_ok=True)
+    (Path(config.workspace) / "quay.md").write_text(quay(60), encoding="utf-8")
+    live = make_live(config)
+    answer_by_retrieval(live)
+    helps = [r for r in scripted.chats() if help_call(r.body)]
+    assert len(helps) > 1
+    for r in helps:                                          # each request fits the window with its reply
+        assert r.prompt_bytes / 4 + r.body["options"]["num_predict"] <= r.num_ctx
+    assert sum(pieces_in(r.body) for r in helps) > 100
+    key, texts = indexed_texts(live)
+    assert live.services.indexer.stored(key) == key          # the model's chunks, under the helped name
+    assert texts != default_texts(live) and len(texts) == sum(pieces_in(r.body) for r in helps)
 
 
 def test_cancel_stops_the_help_call_and_stores_no_chunks(tmp_path, scripted, make_live):

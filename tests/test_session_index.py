@@ -193,3 +193,17 @@ def test_a_session_with_too_many_distinct_words_is_read_not_listed(live, monkeyp
     assert listed(live, "id-00400") == []
     folder = store.folder / sessions.WORDS_DIR
     assert not (folder / f"{many}.words").exists() and (folder / f"{few}.words").exists()
+
+
+def test_a_search_of_too_many_words_is_refused_before_any_file_is_read(live, monkeypatch):
+    """Issue 35, item 7: a 6,000-word query took 6.8 s of CPU in a request thread."""
+    store = live.services.store
+    write_session(store, T0, [("what about airships?", big_reply(4, "Zeppelin"), "tiny:1b")])
+    reads = []
+    monkeypatch.setattr(sessions, "_finds_all", lambda *a, **k: reads.append(a) or True)
+    query = " ".join(f"w{i}" for i in range(6000))
+    page = live.get("/sessions/", params={"q": query})
+    assert page.status_code == 400
+    assert f"Search for at most {sessions.MAX_SEARCH_WORDS} words" in page.text and "6000 words" in page.text
+    assert reads == [] and 'class="session-link"' not in page.text
+    assert [r[0] for r in listed(live, "zeppelin airships")]                # a short search still works

@@ -42,6 +42,8 @@ is in the session file the job's folder goes and the runner forgets it.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,6 +51,8 @@ from typing import Callable, Iterable
 
 from ..errors import Conflict, Refused
 from ..routing import without_mentions
+
+log = logging.getLogger(__name__)
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "proposed": frozenset({"queued", "declined", "discarded"}),
@@ -71,6 +75,15 @@ WORKING = ("running", "synthesizing")                            # a stop reques
 SETTLED = ("done", "dropped", "declined", "discarded")          # outcome decided; forgotten once recorded
 OPEN = ("proposed", "choose", "confirm", "interrupted", *ACTIVE)  # still needs the user or the worker
 DISCARDABLE = ("proposed", "choose", "confirm", "interrupted", "failed")   # a card offers Discard
+
+
+def disk_trouble(exc: OSError) -> str:
+    """Why a file could not be written, in words for a card."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if exc.errno == errno.EROFS:
+        return "the disk is read-only"
+    return exc.strerror or str(exc)
 
 
 def without_directive(instruction: str) -> str:
@@ -294,6 +307,22 @@ class StateMachine:
             if job.state not in allowed:
                 raise InvalidTransition(f"The analysis of {job.file} is {job.state} now.")
             self._apply(job, changes)
+            return job
+
+    def unsaved(self, job: Job, new_state: str, **changes) -> Job:
+        """Move ``job`` in memory when its state cannot be saved (a full or read-only disk): the
+        table still decides, the save is tried once more and its failure only logged.  The file
+        keeps the last state saved (an active one is read as interrupted at the next start)."""
+        with self.lock:
+            if new_state not in TRANSITIONS[job.state] and new_state != job.state:
+                raise InvalidTransition(f"The analysis of {job.file} is {job.state} now; it cannot become "
+                                        f"{new_state}.")
+            for key, value in {**changes, "state": new_state}.items():
+                setattr(job, key, value)
+            try:
+                self._save(job)
+            except OSError as exc:
+                log.warning("analysis %s is %s in memory only: %s", job.id, new_state, exc)
             return job
 
     def add_result(self, job: Job, result: ChunkResult) -> None:

@@ -22,7 +22,7 @@ from ..budget import estimate_messages, estimate_tokens, new_budget
 from ..errors import HarveyError
 from ..modelserver import Cancelled
 from ..retrieval import embedding, search
-from ..retrieval.index import Index, Passage, path_for
+from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
 from . import mapreduce
 from .execute import _one_line
@@ -67,15 +67,33 @@ class Retrieval:
     def run(self, job: Job, doc: chunking.Document) -> None:
         """Index (or find the index), search, fit, ask once, record."""
         rdoc = self.svc.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
-        progress = self._indexed(job, rdoc)
-        if progress is None:
-            return
-        budget = self._budget(job)
-        with Index(path_for(self.svc.config.data_path, rdoc.fingerprint)) as index:
-            model = progress.model if progress.model and index.complete(progress.model) else None
-            hits, how = self._search(job, index, model)
-            chosen, scores = self._fit(job, index, hits, budget)
-            total = index.chunk_count()
+        for attempt in range(2):          # a damaged index is removed, built anew and searched once more
+            progress = self._indexed(job, rdoc)
+            if progress is None:
+                return
+            budget = self._budget(job)
+            try:
+                with Index(path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))) as index:
+                    model = progress.model if progress.model and index.complete(progress.model) else None
+                    hits, how = self._search(job, index, model)
+                    chosen, scores = self._fit(job, index, hits, budget)
+                    total = index.chunk_count()
+                break
+            except StaleVectors as exc:
+                self.svc.indexer.stale(rdoc.fingerprint, exc.model)
+                if attempt:
+                    return self.runner._fail(job, f"The passages of {job.file} could not be searched: {exc}")
+                log.warning("retrieval %s: %s; embedding the file again", job.id, exc)
+                self.runner._progress(job, stage="the embedding model changed: indexing again")
+            except BrokenIndex as exc:
+                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                if attempt:
+                    return self.runner._fail(job, f"The index of {job.file} is damaged and could not be made "
+                                                  f"anew: {_one_line(exc)}")
+                log.warning("retrieval %s: %s; indexing again", job.id, exc)
+                self.runner._progress(job, stage="the index was damaged: indexing again")
+            except HarveyError as exc:         # a search past its time limit
+                return self.runner._fail(job, f"The passages of {job.file} could not be searched: {_one_line(exc)}")
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
                       "other words, or read all the chunks.")
@@ -106,9 +124,13 @@ class Retrieval:
             self.runner._after_stop(job)
             return None
         if not progress.complete:
-            target = path_for(self.svc.config.data_path, rdoc.fingerprint)
-            with Index(target) as index:
-                usable = index.has_chunks()
+            target = path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))
+            try:
+                with Index(target) as index:
+                    usable = index.has_chunks()
+            except BrokenIndex as exc:
+                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                usable = False
             if not usable:
                 self.runner.transition(job, "interrupted", message=(
                     f"{job.file} could not be indexed: {progress.note or progress.state}. Retry when the model "
@@ -162,6 +184,10 @@ class Retrieval:
             except HarveyError as exc:
                 log.warning("retrieval %s: the question could not be embedded (%s); keyword search", job.id, exc)
                 model = None
+        key = index.vector_key(model) if model else None
+        if vector is not None and key and key.rsplit("#", 1)[-1] != str(len(vector) // 4):
+            raise StaleVectors(model, f"{model} now answers {len(vector) // 4} numbers a vector; the index "
+                                      f"holds vectors of {key.rsplit('#', 1)[-1]}")
         hits = search.search(index, job.task, model, vector, limit=limit)
         return hits, (f"hybrid search (keywords and {model})" if model else "keyword search")
 
@@ -238,6 +264,14 @@ class Retrieval:
         self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
                                rag_search=how, rag_chunks=total)
         self.runner._finish(job, answer, "ok")
+
+
+class StaleVectors(HarveyError):
+    """The stored vectors are not comparable with the question's (another dimension)."""
+
+    def __init__(self, model: str, message: str):
+        super().__init__(message)
+        self.model = model
 
 
 class _Wake:

@@ -59,7 +59,7 @@ from . import plan, record
 from .execute import Execution, _one_line
 from .retrieve import Retrieval
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
-                  StateMachine, without_directive)
+                  StateMachine, disk_trouble, without_directive)
 from .store import JobStore
 
 log = logging.getLogger(__name__)
@@ -304,10 +304,10 @@ class JobRunner:
         activity, unqueued = None, False
         with self._lock:
             if job.state == "queued":      # not picked up yet: the worker will find it is not queued
-                self.transition(job, "choose")
+                self._move(job, "choose")
                 unqueued = True
             elif job.state in WORKING:
-                self.transition(job, "cancelling")
+                self._move(job, "cancelling")
                 activity = self._activity_of(job)
             else:
                 return
@@ -315,6 +315,32 @@ class JobRunner:
             activity.stop()                # the call in flight ends now, whatever stage it is at
         if unqueued:
             self._emit_state(job)
+
+    def _move(self, job: Job, new_state: str) -> None:
+        """A transition the user asked for (Cancel) that must happen even when the state cannot be
+        saved: then it happens in memory, and the card says why."""
+        try:
+            self.transition(job, new_state)
+        except OSError as exc:
+            self.machine.unsaved(job, new_state, message=self._unsaved_message(exc))
+            if new_state not in HOLDING:
+                self._release(job)
+
+    @staticmethod
+    def _unsaved_message(exc: OSError) -> str:
+        return (f"The analysis could not save its state: {disk_trouble(exc)}. Make room (or fix the disk), "
+                "then Retry: every chunk saved so far is kept.")
+
+    def _given_back(self, job: Job, exc: OSError) -> None:
+        """The job's state cannot be saved: it becomes interrupted in memory (Retry when the disk has
+        room), its session is given back, and the card says why."""
+        log.error("analysis %s: its state cannot be saved (%s); interrupted, the session is given back", job.id, exc)
+        try:
+            self.machine.unsaved(job, "interrupted", message=self._unsaved_message(exc))
+        except InvalidTransition:
+            return                   # settled or waiting on the user already
+        self._release(job)
+        self._emit_state(job)
 
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
@@ -405,14 +431,34 @@ class JobRunner:
         except InvalidTransition as exc:      # cancelled, discarded or stopped meanwhile
             log.info("analysis %s: %s", job.id, exc)
             self._after_stop(job)
+        except OSError as exc:                # job.json or results.jsonl cannot be written: a full disk
+            self._given_back(job, exc)
         except Exception as exc:  # a job must never kill the worker
             log.exception("analysis %s failed", job.id)
             try:
                 self._fail(job, f"The analysis failed: {_one_line(exc)}")
             except InvalidTransition:
                 pass
-            except Exception:     # e.g. the disk is full: job.json cannot be saved either
-                log.exception("analysis %s: the failure could not be saved", job.id)
+            except OSError as unsaved:        # the failure cannot be saved either
+                self._given_back(job, unsaved)
+        finally:
+            self._let_go(job)
+
+    def _let_go(self, job: Job) -> None:
+        """The lane's item is over: a job it left running, synthesizing or cancelling (states only
+        this thread moves a job out of; a Retry queues it anew, never into these) is interrupted
+        and gives its session back, so nothing a crash or a failed save left behind holds the
+        session until a restart."""
+        if job.state not in ("running", "synthesizing", "cancelling"):
+            return
+        log.error("analysis %s: its run ended with the job still %s; interrupted", job.id, job.state)
+        try:
+            self.transition(job, "interrupted", message="The analysis stopped unexpectedly; Retry to go on.")
+        except OSError as exc:
+            return self._given_back(job, exc)
+        except InvalidTransition:
+            return
+        self._emit_state(job)
 
     def _run(self, job: Job) -> None:
         try:

@@ -24,7 +24,7 @@ from ..sessions.store import SessionNotFound
 from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
 from . import direct as direct_analysis, library, passages, plan
-from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
+from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble
 
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
@@ -50,6 +50,15 @@ def _turn_html(job: Job) -> str:
     return turn_fragment(job.session, job.turn)
 
 
+def _unsaved(job: Job, exc: OSError) -> str:
+    """A decision whose state could not be saved (a full or read-only disk): nothing changed,
+    and the card says why instead of a server error."""
+    log.warning("analysis %s: a decision could not be saved: %s", job.id, exc)
+    services().jobs.machine.unsaved(job, job.state, message=(
+        f"That could not be saved: {disk_trouble(exc)}. Make room (or fix the disk), then try again."))
+    return _turn_html(job)
+
+
 @bp.post("/s/<name>/analysis/<job_id>/start")
 def start(name: str, job_id: str):
     """Start with the user's instruction, or decline on "no". A second tap finds the job started."""
@@ -66,6 +75,8 @@ def start(name: str, job_id: str):
         pass                                  # started (or answered) already: show the card as it is
     except HarveyError as exc:                # refused: say why on the card, only if it is still asking
         runner.note(job, str(exc), expect="proposed", instruction=instruction)
+    except OSError as exc:
+        return _unsaved(job, exc)
     return _turn_html(job)
 
 
@@ -75,6 +86,8 @@ def read_on(name: str, job_id: str):
     job = _job(name, job_id)
     try:
         services().jobs.read_on(job, rest=request.form.get("rest") == "yes")
+    except OSError as exc:
+        return _unsaved(job, exc)
     except HarveyError:
         pass            # answered already (another device), or the session is busy: the card says which
     return _turn_html(job)
@@ -87,6 +100,8 @@ def decline(name: str, job_id: str):
         services().jobs.decline(job)
     except InvalidTransition:
         pass
+    except OSError as exc:
+        return _unsaved(job, exc)
     return _turn_html(job)
 
 
@@ -101,6 +116,8 @@ def after_cancel(name: str, job_id: str):
     job = _job(name, job_id)
     try:
         services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes")
+    except OSError as exc:
+        return _unsaved(job, exc)
     except HarveyError:
         pass            # answered already (another device), or the session is busy: the card says which
     return _turn_html(job)
@@ -112,6 +129,8 @@ def resume(name: str, job_id: str):
     job = _job(name, job_id)
     try:
         services().jobs.resume(job)
+    except OSError as exc:
+        return _unsaved(job, exc)
     except HarveyError:
         pass                                  # InvalidTransition, or the reason is on the card now
     return _turn_html(job)
@@ -125,6 +144,8 @@ def discard(name: str, job_id: str):
         services().jobs.discard(job, expect=DISCARDABLE)
     except InvalidTransition:
         pass
+    except OSError as exc:
+        return _unsaved(job, exc)
     return _turn_html(job)
 
 
@@ -272,7 +293,7 @@ def _index_cost(svc, job: Job):
         if chunking.measure(path).text_bytes > plan.PLAN_READ_BYTES:
             return svc.indexer.estimate(job.file_tokens)      # never read a huge file to draw a card
         return svc.indexer.cost(svc.indexer.document(path))
-    except (HarveyError, OSError) as exc:
+    except Exception as exc:    # noqa: BLE001 - a card is drawn whatever the index or the file says
         log.info("card of %s: no indexing estimate (%s)", job.file, exc)
         return None
 

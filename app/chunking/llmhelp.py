@@ -105,20 +105,30 @@ class Plan:
 
 # ---------------------------------------------------------------- the public call
 
-def helped_chunks(doc: Document, help: Help, ask: Ask | None = None, model: str = "") -> list[Chunk]:
+def helped_chunks(doc: Document, help: Help, ask: Ask | None = None, model: str = "",
+                  prompt_bytes: int | None = None) -> list[Chunk]:
     """The chunks of ``doc``: the model's when ``help`` is on and its reply is valid, else the
-    default chunker's (a log line names why).  With help off, no model call is made."""
+    default chunker's (a log line names why).  With help off, no model call is made.
+    ``prompt_bytes``: the most a request may show of the pieces (the model's window); a file
+    with more is asked about in consecutive batches of pieces, each its own request."""
+    return helped(doc, help, ask, model, prompt_bytes)[0]
+
+
+def helped(doc: Document, help: Help, ask: Ask | None = None, model: str = "",
+           prompt_bytes: int | None = None) -> tuple[list[Chunk], bool]:
+    """``helped_chunks`` and whether the chunks are the model's (False: the default chunker's,
+    which must not be kept under the helped chunking's name)."""
     default = chunk_document(doc)
     if not help.on or ask is None or not default:
-        return default
+        return default, False
     try:
-        return _helped(doc, help, ask, default, model)
+        return _helped(doc, help, ask, default, model, prompt_bytes), True
     except Cancelled:
         raise                                     # a Stop is not a fallback
     except HarveyError as exc:
         log.warning("LLM chunk help for %s fell back to the default chunker (%d chunks): %s",
                     doc.path or "text", len(default), exc)
-        return default
+        return default, False
 
 
 def model_ask(calls, activity, model: str, window: int, bytes_per_token: float) -> Ask:
@@ -142,16 +152,26 @@ def help_fingerprint(doc: Document, help: Help, model: str) -> str:
 
 # ---------------------------------------------------------------- one helped chunking
 
-def _helped(doc: Document, help: Help, ask: Ask, default: list[Chunk], model: str) -> list[Chunk]:
-    """Ask once, validate, build.  Boundaries off: the default chunks are the pieces."""
+def _helped(doc: Document, help: Help, ask: Ask, default: list[Chunk], model: str,
+            prompt_bytes: int | None = None) -> list[Chunk]:
+    """Ask (once per batch of pieces that fits ``prompt_bytes``), validate, build.  Boundaries
+    off: the default chunks are the pieces.  Each batch's reply is validated on its own; a chunk
+    always starts at a batch's first piece."""
     t = doc.text
     if help.boundaries:
         pieces = [(u[0], u[1]) for u in _units(t, doc.kind, _regions(doc))]
     else:
         pieces = [(c.body_start, c.end) for c in default]
-    messages = prompt(t, pieces, help)
-    reply = ask(messages, SCHEMA, reply_tokens(len(pieces), help))
-    plan = validate(reply, len(pieces), help, groups_of=lambda b: _groups(t, pieces, b))
+    bounds: list[int] = []
+    found: dict[int, str] = {}
+    for lo, hi in batches(t, pieces, prompt_bytes):
+        part = pieces[lo:hi]
+        reply = ask(prompt(t, part, help), SCHEMA, reply_tokens(len(part), help))
+        sub = validate(reply, len(part), help, groups_of=lambda b, part=part: _groups(t, part, b))
+        base = len(bounds)                       # chunks (or pieces) before this batch
+        found.update({base + i: c for i, c in sub.contexts.items()})
+        bounds.extend(lo + b for b in sub.boundaries)
+    plan = Plan(tuple(bounds), found)
     cap = max(0, doc.settings.max_bytes // CONTEXT_SHARE - len(SEPARATOR))
     contexts = {i: capped(c, cap) for i, c in plan.contexts.items()}
     contexts = {i: c for i, c in contexts.items() if c}
@@ -161,6 +181,22 @@ def _helped(doc: Document, help: Help, ask: Ask, default: list[Chunk], model: st
     else:
         built = [part for i, c in enumerate(default) for part in _with_context(doc, c, contexts.get(i, ""))]
     return _numbered(doc, built, help, model)
+
+
+def batches(text: str, pieces: list[tuple[int, int]], prompt_bytes: int | None) -> list[tuple[int, int]]:
+    """Consecutive ranges of piece numbers whose listing (as ``prompt`` shows them) fits in
+    ``prompt_bytes`` (None: one batch); a piece is never split, so a batch holds one at least."""
+    if prompt_bytes is None:
+        return [(0, len(pieces))]
+    out, lo, used = [], 0, 0
+    for i, (s, e) in enumerate(pieces):
+        size = len(_shown(text[s:e]).encode()) + 12        # "[i] " and the blank line
+        if i > lo and used + size > prompt_bytes:
+            out.append((lo, i))
+            lo, used = i, 0
+        used += size
+    out.append((lo, len(pieces)))
+    return out
 
 
 def _regions(doc: Document) -> list[tuple[int, int]]:

@@ -10,8 +10,19 @@ complete for a model when every chunk has its vectors.  A chunk may have several
 an embedding model reads a few hundred tokens and drops the rest, so a chunk longer than that is
 embedded as pieces it reads whole, and search takes a chunk's best piece.
 
-Only the indexer writes (``Index(..., write=True)``); searches open their own read connection
-(WAL, so a search never waits for a batch being written).
+Only the indexer writes (``Index(..., write=True)``); searches open their own read-only connection
+(``mode=ro``: a reader never changes the file; WAL, so a search never waits for a batch being
+written), and a reader's query has a time limit (``QUERY_SECONDS``, SQLite's progress handler).
+
+Any SQLite error from an index file (a bad SD-card sector makes "database disk image is malformed"
+on any page, at any query, not only at the open) is a ``BrokenIndex``: the indexer deletes the file
+and builds it anew, and a question asked meanwhile gets a clear message, never a 500.
+
+Text written without spaces (Japanese, Chinese, Thai) has a second FTS table of its own (schema 3):
+``unicode61`` makes one token of a whole clause and a search for a word in it finds nothing, so
+each run of such characters is also indexed as its single characters and its overlapping pairs
+(``cjk_grams``, the bigram scheme of Lucene's CJK analyzer); a question is matched by its pairs,
+and by its one-character words, which are kept.
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ import json
 import os
 import sqlite3
 import threading
+import time
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +42,8 @@ from .. import chunking
 from ..errors import HarveyError
 from .embedding import pack
 
-SCHEMA = 2                  # 2: several vectors per chunk (its pieces); a schema-1 file is made anew
+SCHEMA = 3                  # 2: several vectors per chunk (its pieces); 3: the CJK grams table; older files are made anew
+QUERY_SECONDS = 20.0        # a reader's query is interrupted after this long (a damaged or huge file never hangs a job)
 MAX_INDEXES = 32            # index files kept in the folder; the least recently used go first
 
 _open: Counter = Counter()  # index files open now in this process (prune never removes one)
@@ -43,6 +57,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     heading TEXT, sections TEXT, kind TEXT, tokens INTEGER, text TEXT);
 CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
     text, heading, content='chunks', content_rowid='n', tokenize='porter unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_cjk USING fts5(grams, content='', tokenize='unicode61');
 CREATE TABLE IF NOT EXISTS vectors (
     model TEXT, n INTEGER, piece INTEGER, vec BLOB, PRIMARY KEY (model, n, piece)) WITHOUT ROWID;
 """
@@ -50,6 +65,18 @@ CREATE TABLE IF NOT EXISTS vectors (
 
 class BrokenIndex(HarveyError):
     """An index file cannot be used (damaged, another schema); the indexer makes it anew."""
+
+    kind = "index"
+
+
+class IndexUnwritable(HarveyError):
+    """The disk takes no more (full, or remounted read-only): the file is kept, the build stops."""
+
+    kind = "index"
+
+
+class SlowIndex(HarveyError):
+    """A reader's query ran past ``QUERY_SECONDS`` (the file is not known to be damaged)."""
 
     kind = "index"
 
@@ -92,13 +119,19 @@ class Index:
         elif not self.path.exists():
             raise BrokenIndex(f"{self.path.name}: no such index")
         self.db = None
+        self.write = write
+        self._deadline = 0.0
         _in_use(self.path, +1)
         try:
             _touch(self.path)
-            self.db = sqlite3.connect(self.path, timeout=10)
             if write:
+                self.db = sqlite3.connect(self.path, timeout=10)
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.executescript(_TABLES)
+            else:
+                self.db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True, timeout=10)
+                self._deadline = 0.0
+                self.db.set_progress_handler(self._too_long, 10_000)
             self._check_schema(write)
         except (sqlite3.DatabaseError, BrokenIndex) as exc:
             _in_use(self.path, -1)
@@ -118,6 +151,36 @@ class Index:
         self.db.close()
         _in_use(self.path, -1)
 
+    def _too_long(self) -> int:
+        """SQLite's progress handler (readers): non-zero interrupts the query past its deadline."""
+        return 1 if self._deadline and time.monotonic() > self._deadline else 0
+
+    def _query(self, sql: str, params=()) -> sqlite3.Cursor:
+        """Run one statement; any SQLite error is a broken index (a timeout is ``SlowIndex``)."""
+        if not self.write:
+            self._deadline = time.monotonic() + QUERY_SECONDS
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+    def _rows(self, sql: str, params=()) -> list:
+        """All rows of one query (fetched inside the error mapping: a damaged page may be met
+        while fetching, not only at the first step)."""
+        try:
+            return self._query(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+    def _broken(self, exc: sqlite3.Error) -> HarveyError:
+        """What an SQLite error means: a timeout, a disk that takes no more, or a damaged file."""
+        said = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and "interrupted" in said:
+            return SlowIndex(f"{self.path.name}: a search took longer than {QUERY_SECONDS:.0f} s and was stopped")
+        if "disk is full" in said or "readonly database" in said:
+            return IndexUnwritable(f"{self.path.name} cannot be written: "
+                                   + ("the disk is full" if "full" in said else "the disk is read-only"))
+        return BrokenIndex(f"{self.path.name}: the index is damaged ({exc}); it will be made anew")
     def _check_schema(self, write: bool) -> None:
         """A new file gets this schema's number; an existing one must have it (reading it is also
         what finds a file that is not SQLite at all)."""
@@ -125,14 +188,13 @@ class Index:
             with self.db:
                 self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema', ?)", (str(SCHEMA),))
         if self.meta("schema") != str(SCHEMA):
-            self.db.close()
             raise BrokenIndex(f"{self.path.name}: an index of another schema")
 
     # -- reading -------------------------------------------------------------------
 
     def meta(self, key: str, default: str | None = None) -> str | None:
-        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else default
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else default
 
     def chunk_count(self) -> int:
         """How many chunks the file makes (0 until they are in)."""
@@ -141,14 +203,23 @@ class Index:
     def has_chunks(self) -> bool:
         return self.meta("chunks") is not None
 
+    def vector_key(self, model: str) -> str | None:
+        """The key ``model``'s vectors are stored under: ``NAME@DIGEST#DIM`` (the model's digest
+        where the server says it, and the vectors' dimension), so a new model under the same tag,
+        or one of another dimension, is never compared with the old vectors; None: none stored."""
+        return self.meta(f"vectors:{model}")
+
     def vector_count(self, model: str) -> int:
         """How many chunks have their vectors from ``model``."""
-        return self.db.execute("SELECT count(DISTINCT n) FROM vectors WHERE model = ?", (model,)).fetchone()[0]
+        key = self.vector_key(model)
+        if key is None:
+            return 0
+        return self._rows("SELECT count(DISTINCT n) FROM vectors WHERE model = ?", (key,))[0][0]
 
     def missing(self, model: str) -> list[int]:
         """Chunk numbers that have no vector from ``model`` yet, in order (what is left to embed)."""
-        rows = self.db.execute("SELECT n FROM chunks WHERE n NOT IN (SELECT n FROM vectors WHERE model = ?) "
-                               "ORDER BY n", (model,))
+        rows = self._rows("SELECT n FROM chunks WHERE n NOT IN (SELECT n FROM vectors WHERE model = ?) "
+                          "ORDER BY n", (self.vector_key(model) or "",))
         return [n for (n,) in rows]
 
     def complete(self, model: str | None) -> bool:
@@ -163,28 +234,43 @@ class Index:
         if not wanted:
             return []
         marks = ",".join("?" * len(wanted))
-        rows = self.db.execute(f'SELECT n, start, body_start, "end", first_line, last_line, first_page, last_page, '
-                               f"heading, sections, kind, tokens, text FROM chunks WHERE n IN ({marks}) ORDER BY n",
-                               wanted)
+        rows = self._rows(f'SELECT n, start, body_start, "end", first_line, last_line, first_page, last_page, '
+                          f"heading, sections, kind, tokens, text FROM chunks WHERE n IN ({marks}) ORDER BY n",
+                          wanted)
         return [_passage(row) for row in rows]
 
     def vectors(self, model: str) -> Iterator[tuple[int, bytes]]:
         """Every (chunk number, unit float32 vector bytes) of ``model``: one per piece of a chunk."""
-        yield from self.db.execute("SELECT n, vec FROM vectors WHERE model = ?", (model,))
+        try:
+            yield from self._query("SELECT n, vec FROM vectors WHERE model = ?", (self.vector_key(model) or "",))
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
 
     def fts(self, match: str, limit: int) -> list[tuple[int, float]]:
         """FTS5 hits for a MATCH expression, best first: (chunk number, BM25 score, higher is better).
 
         The heading column weighs half the text's: a word in a section's title says something, but
         the passage is what is sent."""
-        rows = self.db.execute("SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts "
-                               "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit))
+        rows = self._rows("SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts "
+                          "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?", (match, limit))
+        return [(n, -rank) for n, rank in rows]
+
+    def cjk(self, match: str, limit: int) -> list[tuple[int, float]]:
+        """Hits of the CJK grams table (``cjk_grams``; a MATCH of quoted grams), best first."""
+        rows = self._rows("SELECT rowid, bm25(chunks_cjk) AS rank FROM chunks_cjk "
+                          "WHERE chunks_cjk MATCH ? ORDER BY rank LIMIT ?", (match, limit))
         return [(n, -rank) for n, rank in rows]
 
     # -- writing (the indexer only) -------------------------------------------------------
 
     def add_document(self, doc: chunking.Document, chunks: list[chunking.Chunk]) -> None:
-        """Every chunk and its FTS row, and what the index is of, in one transaction."""
+        """Every chunk and its FTS rows, and what the index is of, in one transaction."""
+        try:
+            self._add_document(doc, chunks)
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+    def _add_document(self, doc: chunking.Document, chunks: list[chunking.Chunk]) -> None:
         with self.db:
             if self.has_chunks():
                 return
@@ -198,22 +284,94 @@ class Index:
                     c.kind, c.tokens, c.text))
                 self.db.execute("INSERT INTO chunks_fts (rowid, text, heading) VALUES (?,?,?)",
                                 (c.index, c.text, heading))
+                grams = cjk_grams(f"{heading}\n{c.text}")
+                if grams:
+                    self.db.execute("INSERT INTO chunks_cjk (rowid, grams) VALUES (?,?)", (c.index, " ".join(grams)))
             for key, value in (("path", doc.path or ""), ("content_hash", doc.content_hash), ("kind", doc.kind),
                                ("fingerprint", doc.fingerprint), ("settings", doc.settings.fingerprint),
                                ("tokens", str(doc.tokens)), ("chunks", str(len(chunks)))):
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]]) -> None:
+    def drop_vectors(self, model: str) -> None:
+        """Forget ``model``'s vectors (another model now answers under its name, or another
+        dimension): every chunk is embedded again."""
+        key = self.vector_key(model)
+        try:
+            with self.db:
+                if key is not None:
+                    self.db.execute("DELETE FROM vectors WHERE model = ?", (key,))
+                self.db.execute("DELETE FROM meta WHERE key = ?", (f"vectors:{model}",))
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+    def add_vectors(self, model: str, items: Iterable[tuple[int, list[float]]], key: str | None = None) -> None:
         """One batch of vectors, committed together (a batch cut off is embedded again, whole).  A
         chunk of several pieces comes as several items with its number, in order, all in this batch
-        (a chunk's vectors are whole or absent); they replace any it had."""
+        (a chunk's vectors are whole or absent); they replace any it had.  ``key``: what they are
+        stored under (``vector_key``; the first batch sets it)."""
+        key = key or self.vector_key(model) or model
         rows, pieces = [], Counter()
         for n, vec in items:
-            rows.append((model, n, pieces[n], pack(vec)))
+            rows.append((key, n, pieces[n], pack(vec)))
             pieces[n] += 1
-        with self.db:
-            self.db.executemany("DELETE FROM vectors WHERE model = ? AND n = ?", [(model, n) for n in pieces])
-            self.db.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?)", rows)
+        try:
+            with self.db:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"vectors:{model}", key))
+                self.db.executemany("DELETE FROM vectors WHERE model = ? AND n = ?", [(key, n) for n in pieces])
+                self.db.executemany("INSERT INTO vectors VALUES (?, ?, ?, ?)", rows)
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from exc
+
+
+def unspaced(ch: str) -> bool:
+    """Whether ``ch`` belongs to a script written without spaces between words: Han, kana,
+    Thai, Lao, Khmer, Myanmar (Hangul is written with spaces: ``unicode61`` reads it)."""
+    if ch < "\u0e00":
+        return False
+    name = unicodedata.name(ch, "")
+    return name.startswith(("CJK UNIFIED", "CJK COMPATIBILITY IDEOGRAPH", "HIRAGANA", "KATAKANA",
+                            "THAI", "LAO", "KHMER", "MYANMAR")) or ch in "々〆ー"
+
+
+def unspaced_runs(text: str) -> list[str]:
+    """The runs of characters of scripts written without spaces, in order."""
+    runs, run = [], []
+    for ch in text:
+        if unspaced(ch):
+            run.append(ch)
+        elif run:
+            runs.append("".join(run))
+            run = []
+    if run:
+        runs.append("".join(run))
+    return runs
+
+
+def cjk_grams(text: str) -> list[str]:
+    """The tokens a passage is indexed under in the CJK table: each run's single characters and
+    its overlapping pairs, as ``u`` + hex code points (one ASCII token each, so no tokenizer can
+    merge or split them again)."""
+    grams = []
+    for run in unspaced_runs(text):
+        grams.extend(_gram(ch) for ch in run)
+        grams.extend(_gram(run[i:i + 2]) for i in range(len(run) - 1))
+    return grams
+
+
+def _gram(chars: str) -> str:
+    return "u" + "x".join(f"{ord(c):x}" for c in chars)
+
+
+def query_grams(text: str) -> list[str]:
+    """The CJK tokens a question is matched by: each run's pairs, or the character of a one-character run
+    (a one-character word is a word), each once."""
+    out: list[str] = []
+    for run in unspaced_runs(text):
+        grams = [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
+        for g in grams:
+            if _gram(g) not in out:
+                out.append(_gram(g))
+    return out
 
 
 def _passage(row) -> Passage:
@@ -240,6 +398,14 @@ def _touch(path: Path) -> None:
         pass                     # not made yet (the writer creates it) or read-only: nothing to mark
 
 
+def remove(path: Path) -> bool:
+    """Delete an index file and its WAL and shared-memory files; whether the file was there."""
+    there = path.exists()
+    for extra in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    return there
+
+
 def prune(data_dir: str | os.PathLike, keep: str | Iterable[str], limit: int = MAX_INDEXES) -> list[Path]:
     """Remove index files past ``limit``, least recently used first (every open marks a file used),
     never one in ``keep`` (fingerprints: the indexer's tasks) nor one open in this process: the folder
@@ -252,7 +418,6 @@ def prune(data_dir: str | os.PathLike, keep: str | Iterable[str], limit: int = M
     kept = sum(1 for p in files if p.stem in keep)
     removed = []
     for path in [p for p in files if p.stem not in keep][max(0, limit - kept):]:
-        for extra in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            extra.unlink(missing_ok=True)
+        remove(path)
         removed.append(path)
     return removed

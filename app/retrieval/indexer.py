@@ -36,7 +36,7 @@ from ..errors import HarveyError
 from ..modelserver import Cancelled, ContextExceeded
 from ..work.activity import Activity
 from . import embedding
-from .index import BrokenIndex, Index, path_for, prune
+from .index import BrokenIndex, Index, path_for, prune, remove
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ EMBED_RESERVED_TOKENS = 8   # [CLS]/[SEP] or BOS/EOS, and a margin
 DEFAULT_EMBED_TOKENS = 256  # a server that does not say its model's limit: all-minilm's, the smallest common one
 MAX_HALVINGS = 4            # a refused piece is halved at most this often (16 calls at most) before it fails
 KEEP_TASKS = 16              # finished tasks remembered for their progress; older ones are read from disk
+PROMPT_SHARE = 0.5           # of seed 004's window (in bytes) the pieces shown in one request may take
 KEEP_COUNTS = 8              # files whose pieces per passage are remembered for the card's estimate
 STATES = ("queued", "indexing", "complete", "cancelled", "interrupted")
 KEYWORD_ONLY_NOTE = ("No embedding model is installed, so passages are found by keyword search only; for "
@@ -133,6 +134,8 @@ class Indexer:
         self._tasks: OrderedDict[str, Progress] = OrderedDict()
         self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
         self._counts: OrderedDict[tuple[str, int], list[int]] = OrderedDict()   # pieces per chunk, by file
+        self._plain: OrderedDict[str, str] = OrderedDict()        # helped name -> the default chunker's
+        self._fell_back: OrderedDict[str, str] = OrderedDict()    # helped names whose help fell back
         self._lock = threading.Lock()
         self.lane = worker.lane("index", self._serve)
 
@@ -150,7 +153,23 @@ class Indexer:
             return doc
         h = self.chunk_help
         blob = f"{doc.fingerprint}|{llmhelp.help_fingerprint(doc, h.help, h.model)}"
-        return dataclasses.replace(doc, fingerprint=hashlib.sha256(blob.encode()).hexdigest()[:16])
+        helped = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        with self._lock:
+            self._plain[helped] = doc.fingerprint
+            while len(self._plain) > KEEP_TASKS * 4:
+                self._plain.popitem(last=False)
+        return dataclasses.replace(doc, fingerprint=helped)
+
+    def _plain_name(self, fingerprint: str) -> str | None:
+        """The default chunker's name of a helped document (None: not a helped name)."""
+        with self._lock:
+            return self._plain.get(fingerprint)
+
+    def stored(self, fingerprint: str) -> str:
+        """The name of the index file that holds a document's chunks: its own, or, when seed 004's
+        help fell back in this process, the default chunker's (``_build``)."""
+        with self._lock:
+            return self._fell_back.get(fingerprint, fingerprint)
 
     def embed_model(self, quiet: bool = True) -> str | None:
         """The embedding model to use now, or None (keyword search only).  A server that does not
@@ -197,7 +216,7 @@ class Indexer:
         if known and not known.finished.is_set():
             return known
         progress = Progress(doc.fingerprint, doc.path or "", state="interrupted")
-        target = path_for(self.data_dir, doc.fingerprint)
+        target = path_for(self.data_dir, self.stored(doc.fingerprint))
         if not target.exists():
             progress.state = "queued"
             return progress
@@ -205,13 +224,62 @@ class Indexer:
         try:
             with Index(target) as index:
                 progress.total, progress.model = index.chunk_count(), model
-                progress.embedded = index.vector_count(model) if model else 0
-                if index.complete(model):
+                fresh = model is None or self.current(index, model)
+                progress.embedded = index.vector_count(model) if model and fresh else 0
+                if fresh and index.complete(model):
                     progress.state = "complete"
                     progress.note = "" if model else KEYWORD_ONLY_NOTE
-        except BrokenIndex:
-            pass
+        except BrokenIndex as exc:
+            self.broken(doc.fingerprint, exc)
+            progress.state = "queued"
         return progress
+
+    def key_base(self, model: str) -> str:
+        """What a model's stored vectors are keyed by, before their dimension: its name and, when
+        the model server says it (an optional ``digest(model)`` of the model server), its digest."""
+        ask = getattr(self.models, "digest", None)
+        digest = None
+        if callable(ask):
+            try:
+                digest = ask(model)
+            except HarveyError:
+                digest = None
+        return f"{model}@{digest[:12]}" if isinstance(digest, str) and digest else model
+
+    def current(self, index: Index, model: str) -> bool:
+        """Whether ``model``'s vectors in ``index`` (if any) are of the model that has its name now."""
+        key = index.vector_key(model)
+        return key is None or key.rsplit("#", 1)[0] == self.key_base(model)
+
+    def stale(self, fingerprint: str, model: str) -> None:
+        """A search found the stored vectors of ``model`` are not comparable with its question's
+        (another dimension): they go, and the next request embeds the file again."""
+        with self._lock:
+            known = self._tasks.get(fingerprint)
+            if known and not known.finished.is_set():
+                return
+        target = path_for(self.data_dir, self.stored(fingerprint))
+        try:
+            with Index(target, write=True) as index:
+                index.drop_vectors(model)
+        except BrokenIndex as exc:
+            self.broken(fingerprint, exc)
+        log.warning("index %s: the vectors of %s are another model's; they will be made again", fingerprint, model)
+
+    def broken(self, fingerprint: str, why: Exception) -> None:
+        """A reader met an SQLite error in this index: the file goes (unless a build of it runs now:
+        that build meets the damage itself), and the next request builds it anew."""
+        with self._lock:
+            known = self._tasks.get(fingerprint)
+            if known and not known.finished.is_set():
+                return
+            try:
+                removed = remove(path_for(self.data_dir, self._fell_back.get(fingerprint, fingerprint)))
+            except OSError as exc:           # a disk remounted read-only: the file stays, searches fail clearly
+                log.warning("index %s is damaged (%s) and cannot be removed: %s", fingerprint, why, exc)
+                return
+        if removed:
+            log.warning("index %s is damaged (%s); removed, it will be made anew", fingerprint, why)
 
     def cost(self, doc: chunking.Document) -> Cost:
         """What indexing ``doc`` still costs: nothing for a complete index; without an embedding model
@@ -219,17 +287,18 @@ class Indexer:
         as, and the time at the measured seconds per piece.  Reads the index file and chunks the text
         (remembered per file), never calls a model, never writes."""
         model = self.embed_model()
-        target = path_for(self.data_dir, doc.fingerprint)
+        target = path_for(self.data_dir, self.stored(doc.fingerprint))
         missing = None                     # chunk numbers without a vector (None: no chunks in yet)
         if target.exists():
             try:
                 with Index(target) as index:
-                    if index.complete(model):
+                    fresh = model is None or self.current(index, model)
+                    if fresh and index.complete(model):
                         return Cost(model, complete=True)
                     if index.has_chunks() and model:
-                        missing = index.missing(model)
-            except BrokenIndex:
-                pass
+                        missing = index.missing(model) if fresh else list(range(index.chunk_count()))
+            except BrokenIndex as exc:
+                self.broken(doc.fingerprint, exc)
         if model is None:
             return Cost(None, complete=False)
         counts = self._piece_counts(doc, model)
@@ -320,7 +389,7 @@ class Indexer:
             return
         try:
             self.build(doc, progress)
-        except HarveyError as exc:
+        except (HarveyError, OSError) as exc:     # OSError: the folder cannot be written (a full disk)
             progress.state, progress.note = "interrupted", f"Indexing stopped: {exc}"
             log.warning("index %s (%s): %s", doc.path, fingerprint, exc)
         finally:
@@ -329,26 +398,47 @@ class Indexer:
             progress.end()
 
     def build(self, doc: chunking.Document, progress: Progress) -> Progress:
-        """Chunks and FTS rows first (if not in yet), then the vectors still missing, batch by batch."""
+        """Chunks and FTS rows first (if not in yet), then the vectors still missing, batch by batch.
+        An SQLite error anywhere in the file (at the open or at any later query) removes it and the
+        build starts again from nothing, once."""
         if progress.stop.is_set():
             progress.state = "cancelled"
             return progress
         progress.state = "indexing"
         target = path_for(self.data_dir, doc.fingerprint)
         try:
-            index = Index(target, write=True)
+            return self._build(doc, progress, target)
         except BrokenIndex as exc:
             log.warning("index %s is damaged (%s); making it anew", target.name, exc)
-            target.unlink(missing_ok=True)
-            index = Index(target, write=True)
-        with index:
+            remove(target)
+            progress.embedded = 0
+            return self._build(doc, progress, target)
+
+    def _build(self, doc: chunking.Document, progress: Progress, target: Path, plain: bool = False) -> Progress:
+        """``plain``: the default chunker's chunks, stored under their own name (seed 004's help
+        fell back: they never go under the helped chunking's name)."""
+        fallback = None
+        with Index(target, write=True) as index:
             if not index.has_chunks():
                 try:
-                    chunks = self._chunks(doc, progress)
+                    chunks, own = self._chunks(doc, progress, use_help=not plain)
                 except Cancelled:
                     progress.state, progress.note = "cancelled", "Indexing was cancelled while the model chose chunks."
                     return progress
-                index.add_document(doc, chunks)
+                fallback = None if own else self._plain_name(doc.fingerprint)
+                if fallback is None:
+                    index.add_document(doc, chunks)
+        if fallback is not None:
+            remove(target)                    # the helped name holds nothing: help is asked again later
+            with self._lock:
+                self._fell_back[doc.fingerprint] = fallback
+                while len(self._fell_back) > KEEP_TASKS * 4:
+                    self._fell_back.popitem(last=False)
+            log.warning("index %s: the model's chunks could not be had; the default chunks are stored as %s",
+                        doc.fingerprint, fallback)
+            return self._build(dataclasses.replace(doc, fingerprint=fallback), progress,
+                               path_for(self.data_dir, fallback), plain=True)
+        with Index(target, write=True) as index:
             progress.total = index.chunk_count()
             progress.model = self.embed_model(quiet=False)
             if progress.model is None:
@@ -358,18 +448,19 @@ class Indexer:
             if index.complete(progress.model):
                 progress.state = "complete"
         with self._lock:
-            keep = set(self._tasks) | {doc.fingerprint}
+            keep = set(self._tasks) | {doc.fingerprint} | set(self._fell_back.values())
         prune(self.data_dir, keep=keep)
         return progress
 
-    def _chunks(self, doc: chunking.Document, progress: Progress) -> list[chunking.Chunk]:
+    def _chunks(self, doc: chunking.Document, progress: Progress,
+                use_help: bool = True) -> tuple[list[chunking.Chunk], bool]:
         """The file's chunks: the default chunker's, or with seed 004 on, the model's (one call
         through ModelCalls, stopped by ``cancel``; an invalid reply falls back to the default chunks,
         logged by llmhelp).  A server away is not a fallback: the build stops and is asked again, so
         the index never keeps default chunks under the helped name for a passing outage."""
         h = self.chunk_help
-        if h is None:
-            return chunking.chunk_document(doc)
+        if h is None or not use_help:
+            return chunking.chunk_document(doc), True
         activity = Activity(f"index-{doc.fingerprint}", "", "index", 0)
         progress.helping = activity
         if progress.stop.is_set():
@@ -386,16 +477,21 @@ class Indexer:
                 raise
 
         try:
-            chunks = llmhelp.helped_chunks(doc, h.help, asked, h.model)
+            window = h.window()
+            chunks, own = llmhelp.helped(doc, h.help, asked, h.model,
+                                         prompt_bytes=int(window * h.bytes_per_token() * PROMPT_SHARE))
         finally:
             progress.helping = None
         if away:
             raise away[0]
-        return chunks
+        return chunks, own
 
     def _embed(self, index: Index, progress: Progress) -> None:
         """Embed the chunks without a vector, ``embed_batch`` at a time, until done or stopped."""
         model = progress.model
+        base = self.key_base(model)
+        if not self.current(index, model):
+            index.drop_vectors(model)            # another model under the name, or another dimension
         missing = index.missing(model)
         progress.embedded = progress.total - len(missing)
         size = self.settings.embed_batch
@@ -411,7 +507,12 @@ class Indexer:
             vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
             if self.calibration is not None:
                 self.calibration.observe_embed(model, sum(len(vs) for vs in vectors), time.monotonic() - began)
-            index.add_vectors(model, [(p.n, v) for p, vs in zip(passages, vectors) for v in vs])
+            items = [(p.n, v) for p, vs in zip(passages, vectors) for v in vs]
+            key = f"{base}#{len(items[0][1])}" if items else None
+            if key and index.vector_key(model) not in (None, key):
+                index.drop_vectors(model)        # the model now answers in another dimension: start again
+                return self._embed(index, progress)
+            index.add_vectors(model, items, key)
             progress.embedded += len(numbers)
             progress.changed()
 
@@ -463,5 +564,9 @@ def _checked(embed: Embed, model: str, texts: list[str]) -> list[list[float]]:
     """The server's vectors for ``texts``, refused unless there is one per text."""
     vectors = embed(model, texts)
     if len(vectors) != len(texts):
-        raise BrokenIndex(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
+        raise BadVectors(f"{model} answered {len(vectors)} vectors for {len(texts)} passages")
     return vectors
+
+
+class BadVectors(HarveyError):
+    """The server answered another number of vectors than it was sent texts (its fault, not the file's)."""

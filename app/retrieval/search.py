@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from .embedding import dot, unpack
-from .index import Index
+from .index import Index, query_grams, unspaced
 
 RRF_K = 60
 CANDIDATES = 50             # hits taken from each ranking before they are fused
@@ -46,16 +46,29 @@ def match_expression(query: str) -> str:
     as an FTS operator), any of them (OR), BM25 ranking passages with more and rarer ones first."""
     words, seen = [], set()
     for word in _WORD.findall(query.lower()):
+        if any(unspaced(ch) for ch in word):
+            continue                 # a clause without spaces is one "word" to unicode61: ``cjk_match``
         if word not in _STOP and word not in seen and (len(word) > 1 or word.isdigit()):
             seen.add(word)
             words.append(f'"{word}"')
     return " OR ".join(words)
 
 
+def cjk_match(query: str) -> str:
+    """The MATCH expression of the question's text written without spaces (Japanese, Chinese,
+    Thai): its character pairs and one-character words (``index.query_grams``), any of them."""
+    return " OR ".join(f'"{g}"' for g in query_grams(query))
+
+
 def keyword(index: Index, query: str, limit: int = CANDIDATES) -> list[tuple[int, float]]:
-    """BM25 hits, best first: (chunk number, score)."""
-    match = match_expression(query)
-    return index.fts(match, limit) if match else []
+    """BM25 hits, best first: (chunk number, score); a question with words of both kinds gets both
+    tables' rankings fused."""
+    match, grams = match_expression(query), cjk_match(query)
+    words = index.fts(match, limit) if match else []
+    pairs = index.cjk(grams, limit) if grams else []
+    if words and pairs:
+        return fuse(words, pairs)[:limit]
+    return words or pairs
 
 
 def nearest(index: Index, model: str, query_vector: bytes, limit: int = CANDIDATES) -> list[tuple[int, float]]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ..errors import Refused
 from . import fountain
 from .names import SUFFIX, distinct_models, valid_name
 
@@ -125,11 +126,19 @@ class SessionIndex:
         """Sessions whose file holds every word of ``query`` (case-insensitive), as a substring anywhere.
 
         Each session is looked up in its word file; one missing or older than the session is made
-        again from the session first (a search after a change reads that session once)."""
-        words = query.casefold().split()
+        again from the session first (a search after a change reads that session once).  A query
+        of more than ``MAX_SEARCH_WORDS`` distinct words (or ``MAX_SEARCH_CHARS`` characters) is
+        refused before anything is read: each word costs a scan of every word file, in a request
+        thread."""
+        words = list(dict.fromkeys(query.casefold().split()))
+        if len(words) > MAX_SEARCH_WORDS or len(query) > MAX_SEARCH_CHARS:
+            raise Refused(f"Search for at most {MAX_SEARCH_WORDS} words ({MAX_SEARCH_CHARS} characters); "
+                          f"this search has {len(words)} words.")
         return [s for s in self.entries() if self.words.holds(s.name, s.key, words)]
 
 
+MAX_SEARCH_WORDS = 12       # distinct words a session search takes (each scans every word file)
+MAX_SEARCH_CHARS = 400
 SEARCH_CHUNK = 1 << 20       # characters read at a time: a search's memory stays flat, its loop in C
 
 

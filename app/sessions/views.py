@@ -80,7 +80,10 @@ def _list_page(error: str = "", status: int = 200):
     store = services().store
     query = request.args.get("q", "").strip()
     index = store.index()
-    items = index.search(query) if query else index.entries()
+    try:
+        items = index.search(query) if query else index.entries()
+    except Refused as exc:                  # too many words: said on the page, nothing searched
+        items, error, status = [], error or str(exc), 400
     html = render_template("sessions/index.html", items=items, query=query, error=error,
                            trashed=store.trashed(), human_size=_human_size,
                            max_upload_mb=services().config.server.max_upload_mb,

@@ -85,20 +85,28 @@ as the character's dialogue:
    is ``*/``, reads ``THE END``/``LA FIN``/``FADE IN:`` in any case (where
    the terminal Harvey stops reading the file), or starts like an uppercase
    scene heading (``INT``/``EXT``/``EST``/``I/E`` + ``.``, space or ``/``).
-   The *first* line of a text also gets it when it looks like a cue or a
-   transition (letters, none lowercase: ``WARNING``, ``CUT TO:``) or like a
-   scene heading in any case (``int main``), because there fountain-py would
-   refuse the cue above it, and when it starts with ``...`` or, in any case,
+   The *first* line of an action also gets it when it looks like a cue or a
+   transition (letters, none lowercase: ``WARNING``, ``CUT TO:``); the first
+   line of a dialogue only when fountain-py would take it for a cue (its cue
+   name pattern: capitals, digits, spaces and ``_.'#-``: ``WARNING``, ``OK.``,
+   not ``I AM HERE!`` or ``| A | B |``, which the terminal Harvey, jouvence and
+   screenplain read as the dialogue it is) or like a scene heading in any case
+   (``int main``), because there fountain-py would refuse the cue above it
+   (issue 35: no invisible character the terminal Harvey's model does not
+   need); and the first line of either when it starts with ``...`` or, in any case,
    with ``int``/``ext``/``i/e`` (``Interesting ...``): the terminal Harvey
    reads those as scene headings and would lose the reply, of which it only
    ever reads the first line.  The reader removes one ``\`` when, and only
    when, what follows the line's leading backslashes looks like structure
    (any of the above, first-line cases included); so a written line that
    already starts that way gets one more backslash.
-3. Inside a line, ``/*`` is written ``/\*`` and ``[[`` is written ``[\[``,
-   so a reply never opens a boneyard or a note; backslashes already between
-   the two characters get one more (``/\*`` -> ``/\\*``).  Fountain tools
-   show ``\*`` as ``*``.
+3. Inside a line, ``/*`` and ``[[`` get a zero width space between their two
+   characters, so a reply never opens a boneyard or a note (nor, on its first
+   line, a note for the terminal Harvey's parser) and no backslash reaches the
+   terminal Harvey's model; zero width spaces already there get one more.
+   Files before issue 35 wrote ``/\*`` and ``[\[``: a run of backslashes
+   there still loses one when read, and the writer adds one to such a run
+   (``/\*`` in a text is written ``/\\*``).
 4. A carriage return (CRLF or a lone CR in a text) is written as ``␍``
    (U+240D); backslashes right before a ``␍`` or CR are doubled and a literal
    ``␍`` gets one more, as in C string escapes.
@@ -108,6 +116,12 @@ so any ``str`` reads back exactly (the tests check it with hypothesis).  The
 reader decodes Harvey's unescaped files too; that changes only lines that
 happen to contain these escape shapes (``/\*``, ``[\[``, ``␍``, or a
 backslash before Fountain syntax), which Harvey's text practically never does.
+Inside a TALKING scene a cue starts a new reply only when it names a participant
+the file introduced (the scene's user, HARVEY, the title page's model, a model of
+a ``Forwarding to``, ``Routing to`` or state line); any other capitals line after a
+reply's blank line (the terminal Harvey writes replies raw) is that reply's text,
+with the parenthetical-looking line under it.  A heading whose time stamp is
+followed by more text (Harvey's design documents annotate headings) is a heading.
 Headings, notes and title-page values are one-line metadata: line breaks
 become spaces and ``/*``, ``[[``, ``]]`` are spaced apart, when written and
 when read.

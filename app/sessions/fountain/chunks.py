@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 
-from .codec import _user_cue, model_cue
+from .codec import _one_line, _user_cue, model_cue
 from .data import CHUNK_DONE, HARVEY, TS_FORMAT, ChunkAnalysis, Element, Passage, Scene
 from .parser import _CHUNK_HEADING, _TIMESTAMP, _timestamp
 
@@ -51,6 +52,8 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
                         f"boundary={a.boundary}{size}, chunk-tokens={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
+    if _one_line(a.file) != a.file or _FILE_UNSAFE.search(a.file):
+        els.insert(len(els) - 1, Element("note", file_note(a.file)))
     if a.rag:
         els.append(Element("note", a.rag))
     if a.source:
@@ -74,6 +77,20 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
         els.append(Element("note", f"synthesis: model={a.model} — {a.synthesis}"))
         els.append(Element("dialogue", _closing_line(a), HARVEY))
     return Scene(f"INT. CHUNK ANALYSIS — {a.file} {when}".rstrip(), els)
+
+
+# A file name the notes and the heading cannot hold as it is: whitespace other than single spaces
+# (flattened), "[[", "]]" or "/*" (broken apart), or the chunk note's own ", " separator.
+_FILE_UNSAFE = re.compile(r"\[\[|\]\]|/\*|,|\s\s|[^\S ]")
+_FILE_NOTE = re.compile(r"chunk-file:\s*(?P<name>\".*\")")
+
+
+def file_note(name: str) -> str:
+    """``chunk-file: "…"``: the file's exact name as JSON with spaces, brackets and slashes escaped,
+    so it survives the note (one line, whitespace runs flattened, no ``[[``/``]]``/``/*``) and a
+    citation opens the file whose name has two spaces, a tab or ``[[`` (issue 35)."""
+    text = json.dumps(name).replace(" ", "\\u0020").replace("[", "\\u005b").replace("]", "\\u005d")
+    return "chunk-file: " + text.replace("*", "\\u002a")
 
 
 def _note_safe(text: str) -> str:
@@ -167,6 +184,13 @@ def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None
         sizes.update({key: int(m[key]) for key in ("size", "tokens") if m[key] is not None})
     elif m := _RESULT_NOTE.fullmatch(note):
         a.results.append(m["status"])
+    elif m := _FILE_NOTE.fullmatch(note):
+        try:
+            name = json.loads(m["name"])
+        except ValueError:
+            return
+        if isinstance(name, str) and name:
+            a.file = name
     elif m := _PASSAGE_NOTE.fullmatch(note):
         pages = (int(m["p1"]), int(m["p2"])) if m["p1"] else None
         quotes = a.passages[int(m["n"])].quotes if int(m["n"]) in a.passages else []

@@ -22,10 +22,24 @@ BLANK_LINE = "\u200b"  # ZERO WIDTH SPACE
 _GO_END_LINES = frozenset({"THE END", "THE END.", "LA FIN", "LA FIN.", "FADE IN:"})
 _SCENE_START = re.compile(r"(?:int|ext|est|i/e)[\s./]", re.IGNORECASE)
 _SCENE_START_UPPER = re.compile(r"(?:INT|EXT|EST|I/E)[\s./]")
-_SLASH_STAR = re.compile(r"/(\\*)(?=\*)")
-_SLASH_STAR_ESC = re.compile(r"/\\(\\*)(?=\*)")
-_DOUBLE_BRACKET = re.compile(r"\[(\\*)(?=\[)")
-_DOUBLE_BRACKET_ESC = re.compile(r"\[\\(\\*)(?=\[)")
+# Rules 3 and 4: "/*" and "[[" are broken by a zero width space (a run already there gets one
+# more); the terminal Harvey's model reads no backslash.  Files before issue 35 broke them with a
+# backslash: "/" or "[" then a run of backslashes before "*" or "[" still loses one when read, and
+# the writer adds one to such a run (so a text holding "/\\*" comes back as it was).
+_SLASH_STAR = re.compile(r"/(\u200b*)(?=\*)")
+_SLASH_STAR_ESC = re.compile(r"/\u200b(\u200b*)(?=\*)")
+_SLASH_BACK = re.compile(r"/(\\+)(?=\*)")
+_SLASH_BACK_ESC = re.compile(r"/\\(\\*)(?=\*)")
+_DOUBLE_BRACKET = re.compile(r"\[(\u200b*)(?=\[)")
+_DOUBLE_BRACKET_ESC = re.compile(r"\[\u200b(\u200b*)(?=\[)")
+_BRACKET_BACK = re.compile(r"\[(\\+)(?=\[)")
+_BRACKET_BACK_ESC = re.compile(r"\[\\(\\*)(?=\[)")
+# A first line fountain-py would take for a character cue (its name pattern: capitals, digits,
+# spaces and ``_.'#-``, at least one capital, maybe an extension in parentheses); such a line right
+# after the cue makes it read the cue and the line as action.  The terminal Harvey never takes the
+# line after a cue for one, and jouvence and screenplain read it as dialogue, so any other
+# capitals line ("I AM HERE!", "| A | B |") is written as it is.
+_FOUNTAIN_PY_CUE = re.compile(r"(?=[A-Z0-9\s_.'#-]*[A-Z])[A-Z0-9][A-Z0-9\s_.'#-]*(?:\s*\(.+\))?\s*\^*")
 _CARRIAGE = re.compile(r"(\\*)([\r\u240d])")
 _CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
 # Rule 5: in-line shapes the terminal Harvey's Fountain library misreads, each broken by a zero
@@ -73,6 +87,14 @@ def _structural(line: str, broad: bool) -> bool:
     return broad and (_cue_like(t) or bool(_SCENE_START.match(t)))
 
 
+def _first_needs(line: str) -> bool:
+    """Whether a text's first line, right after its cue, needs our prefix beyond ``_structural``'s
+    narrow set: a line fountain-py would take for a cue (``_FOUNTAIN_PY_CUE``; it then loses the
+    cue above) or a lowercase scene heading ("int main(void)")."""
+    t = line.strip()
+    return bool(_FOUNTAIN_PY_CUE.fullmatch(t) or _SCENE_START.match(t))
+
+
 def _spaced(t: str) -> bool:
     """A stripped line a leading space protects: "(a) ext4 ..." (not a whole "(aside)", which jouvence
     would still take for a parenthetical).  Harvey's parenthetical test does not strip the line, and
@@ -84,9 +106,11 @@ def _escape_inline(s: str) -> str:
     """Break ``/*`` and ``[[``, hide CR, and defuse the terminal Harvey's in-line traps, reversibly
     (rules 3, 4 and 5)."""
     if "/" in s:
-        s = _SLASH_STAR.sub(lambda m: "/\\" + m[1], s)
+        s = _SLASH_BACK.sub(lambda m: "/\\" + m[1], s)
+        s = _SLASH_STAR.sub(lambda m: "/" + BLANK_LINE + m[1], s)
     if "[" in s:
-        s = _DOUBLE_BRACKET.sub(lambda m: "[\\" + m[1], s)
+        s = _BRACKET_BACK.sub(lambda m: "[\\" + m[1], s)
+        s = _DOUBLE_BRACKET.sub(lambda m: "[" + BLANK_LINE + m[1], s)
     if "\r" in s or _CR_SYMBOL in s:
         s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] == _CR_SYMBOL)) + _CR_SYMBOL, s)
     for trap, _ in _GO_TRAPS:
@@ -112,10 +136,14 @@ def _cr_back(m: re.Match[str]) -> str:
 def _unescape_inline(s: str) -> str:
     """Undo :func:`_escape_inline`; each rule owns the backslash run it touches."""
     if "/\\" in s:
-        s = _SLASH_STAR_ESC.sub(lambda m: "/" + m[1], s)
+        s = _SLASH_BACK_ESC.sub(lambda m: "/" + m[1], s)
     if "[\\" in s:
-        s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
+        s = _BRACKET_BACK_ESC.sub(lambda m: "[" + m[1], s)
     if BLANK_LINE in s:
+        if "/" + BLANK_LINE in s:
+            s = _SLASH_STAR_ESC.sub(lambda m: "/" + m[1], s)
+        if "[" + BLANK_LINE in s:
+            s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
         for _, escaped in _GO_TRAPS:
             s = escaped.sub(_one_less_zw, s)
     if _CR_SYMBOL in s:
@@ -123,15 +151,25 @@ def _unescape_inline(s: str) -> str:
     return s
 
 
-def _encode_line(line: str, first: bool) -> str:
-    """Write one text line so that it stays text (rules 1 and 2)."""
+AFTER_CUE = "after a cue"   # ``first`` for a dialogue's first line (truthy: it is a first line)
+
+
+def _encode_line(line: str, first: bool | str) -> str:
+    """Write one text line so that it stays text (rules 1 and 2).  ``first``: the text's first
+    line (an action's: any cue-like line is prefixed, our reader would take it for a cue), or
+    ``AFTER_CUE``, a dialogue's first line, prefixed only where a parser would misread it."""
     if not line and not first:
         return BLANK_LINE
     e = _escape_inline(line)
     core = e.lstrip(_PREFIXES)
     # A line already starting with "\" or a zero width space gets one more whenever the
-    # reader would otherwise take one of them for our prefix.
-    if _structural(core, broad=first or core != e):
+    # reader would otherwise take one of them for our prefix (the reader's broad rule); a first
+    # line gets one only where a parser would misread it (``_first_needs``).
+    if core != e or first is True:
+        needed = _structural(core, broad=True)
+    else:
+        needed = _structural(core, broad=False) or (first == AFTER_CUE and _first_needs(core))
+    if needed:
         return (" " if _spaced(e.strip()) else BLANK_LINE) + e
     return e
 
@@ -153,8 +191,9 @@ def _decode_line(e: str) -> str:
     return _unescape_inline(e)
 
 
-def _encode_text(text: str) -> list[str]:
-    return [_encode_line(line, i == 0) for i, line in enumerate(text.split("\n"))]
+def _encode_text(text: str, dialogue: bool = False) -> list[str]:
+    first = AFTER_CUE if dialogue else True
+    return [_encode_line(line, first if i == 0 else False) for i, line in enumerate(text.split("\n"))]
 
 
 # What any decoding rule acts on: a backslash, a zero width space, a ␍, or a line that starts with
@@ -254,7 +293,7 @@ def _element_lines(el: Element) -> list[str]:
         return ["[[" + _note_text(el.text) + "]]"]
     if el.kind == "dialogue":
         paren = ["(" + _one_line(el.paren).replace(")", "") + ")"] if el.paren else []
-        return [_cue_line(el.character), *paren, *_encode_text(el.text)]
+        return [_cue_line(el.character), *paren, *_encode_text(el.text, dialogue=True)]
     if el.kind == "action":
         return _encode_text(el.text)
     raise ValueError(f"unknown element kind {el.kind!r}")

@@ -161,7 +161,9 @@ class _Reader:
         self.elements, self.talking = scene.elements, bool(heading) and bool(_TALKING.fullmatch(heading))
 
 
-_FULL_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2})?\s*$")
+# A full time stamp ends the heading, or is followed by more text after a space (the terminal
+# Harvey's design documents annotate headings: "INT. SHELL 2026-06-24 10:03:15   <- a note").
+_FULL_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2})?(?:\s.*)?$")
 
 
 def _reply_text(line: str) -> bool:
@@ -204,6 +206,7 @@ def _append_elements(elements: list[Element], block: str, nl: int) -> None:
 _TALKING = re.compile(r"int\.?\s+harvey and (?P<user>.+?) talking\b(?P<rest>.*)", re.IGNORECASE)
 _CHUNK_HEADING = re.compile(r"int\.?\s+chunk analysis\b\s*[—–-]*\s*(?P<rest>.*)", re.IGNORECASE)
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[ T](\d{1,2}:\d{2}(?::\d{2})?))?\s*$")
+_ANNOTATED_STAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{1,2}:\d{2}(?::\d{2})?)(?=\s)")
 _WRITTEN_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}")
 
 
@@ -222,7 +225,7 @@ def _timestamp(text: str) -> datetime | None:
             return datetime.fromisoformat(tail)             # in C; the same ranges as datetime()
         except ValueError:
             return None
-    m = _TIMESTAMP.search(text)
+    m = _TIMESTAMP.search(text) or _ANNOTATED_STAMP.search(text)
     if not m:
         return None
     year, month, day = m[1].split("-")

@@ -214,6 +214,9 @@ def turns(play: Screenplay) -> list[Turn]:
 def _read_turns(play: Screenplay) -> list[Turn]:
     """The work of :func:`turns`, scene by scene."""
     reader = _TurnReader()
+    title_model = (play.title_page or {}).get("Model", "").split(" (", 1)[0].strip()
+    if title_model:
+        reader.known.add(_speaker(model_cue(title_model)))
     pending: tuple[ChunkAnalysis, int] | None = None
     for i, scene in enumerate(play.scenes):
         m = _TALKING.fullmatch(scene.heading)
@@ -265,10 +268,14 @@ class _TurnReader:
         self.when: datetime | None = None
         self.index = 0               # the scene being read
         self.mention = ""            # a mention note's prefix, waiting for the user's line
+        # The participants the file introduced (HARVEY, each scene's user, the title page's model,
+        # every "Forwarding to" and state line's model): only their cues start a new reply.
+        self.known: set[str] = {HARVEY}
 
     def scene(self, scene: Scene, user: str, when: datetime | None) -> None:
         self.user, self.when, self.target, self.described = user.upper(), when, None, None
         self.mention = ""
+        self.known.add(self.user)
         for el in scene.elements:
             if el.kind == "dialogue":
                 self.dialogue(el)
@@ -298,11 +305,19 @@ class _TurnReader:
             fw = _FORWARD.fullmatch(text)
             if fw:
                 self.forwarded, self.any_forward, self.target = fw["model"], True, None
+                self.known.add(_speaker(model_cue(fw["model"])))
             else:
                 self.cur.harvey, self.target = _join(self.cur.harvey, text), "harvey"
         else:
             if self.cur is None:
                 self.start(None)
+            if (self.cur.reply is not None and speaker not in self.known and self.target is not None
+                    and not speaker.startswith("{")):      # (Harvey's templates name everyone "{...}")
+                # A capitals line (and a parenthetical line) inside a reply that the terminal Harvey
+                # wrote raw after a blank line: the reply's text, not another model's reply.
+                self._extend(self.target, f"{el.character}\n({el.paren})\n{el.text}" if el.paren
+                             else f"{el.character}\n{el.text}")
+                return
             if self.cur.reply is None:
                 self.cur.reply, self.cue, self.target = text, el.character, "reply"
             else:  # a further model answers the same message
@@ -313,6 +328,9 @@ class _TurnReader:
         """A stats line, the scene's state line, or a paragraph Harvey's writer cut off at a blank line."""
         if _STATE_ACTION.fullmatch(text) and (m := _DESCRIBED.search(text)):
             self.described = m[1].strip()
+            self.known.add(_speaker(model_cue(self.described)))
+        elif _ROUTING.match(text):
+            self.known.add(_speaker(model_cue(text[len("Routing to "):].strip())))
         cur, target, self.target = self.cur, self.target, None
         if cur is None:
             return
@@ -321,7 +339,11 @@ class _TurnReader:
             return
         if target is None or _ROUTING.match(text) or _STATE_ACTION.fullmatch(text):
             return
-        self.target = target
+        self._extend(target, text)
+
+    def _extend(self, target: str | Answer, text: str) -> None:
+        """``text`` is the next paragraph of what ``target`` names (cut off at a blank line)."""
+        cur, self.target = self.cur, target
         if isinstance(target, Answer):
             target.text += "\n\n" + text
         elif target == "reply":
