@@ -47,6 +47,7 @@ class TurnView:
     partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
     files: list = field(default_factory=list)       # (name, tokens) the message included
     partials_job: object = None
+    cut: int = 0                # the reply ended at its cap of this many tokens: said, with Continue
 
 
 def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
@@ -75,6 +76,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
         view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
     read = notes.read(turn.notes)
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
+    view.cut = read.cut if turn.reply is not None else 0
     if read.error:
         view.error = prepare.error_view(*read.error, api=api)
         view.partial_kept = bool(turn.reply)

@@ -156,6 +156,21 @@ def regenerate(name: str, turn: int):
         abort(409, description=str(exc))
 
 
+@bp.post("/s/<name>/turns/<int:turn>/continue")
+def continue_reply(name: str, turn: int):
+    """Ask for the rest of the last reply, cut at its cap; it streams into the same turn."""
+    _load(name)
+    try:
+        outcome = turns.continue_reply(services(), name, turn)
+    except Busy as exc:
+        return _busy_card(name, exc)
+    except Conflict as exc:
+        abort(409, description=str(exc))
+    except HarveyError as exc:
+        abort(exc.status, description=str(exc))
+    return _render(outcome)
+
+
 @bp.post("/s/<name>/compact")
 def compact(name: str):
     """Summarise the older turns into one note, in the background; the page follows it like a reply."""
