@@ -86,7 +86,7 @@ class Retrieval:
             return self._done(job, answer, [], {}, how, total)
         self.runner.transition(job, "synthesizing", expect="running")
         self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
-        asked = self._ask(job, chosen, scores, budget)
+        asked = self._ask(job, chosen, {h.n: rank for rank, h in enumerate(hits)}, budget)
         if asked is None:
             return
         answer, chosen = asked
@@ -208,7 +208,7 @@ class Retrieval:
 
     # -- the call and the record ----------------------------------------------------------------
 
-    def _ask(self, job: Job, passages: list[Passage], scores: dict[int, float],
+    def _ask(self, job: Job, passages: list[Passage], ranks: dict[int, int],
              budget) -> tuple[str, list[Passage]] | None:
         """The one chat request (refused before sending if it would not fit): told its length and
         given all the room the budget left after the passages; the answer and the passages it was
@@ -231,7 +231,7 @@ class Retrieval:
                     text, usage = self.svc.calls.text(activity, request)
                     break
                 except ContextExceeded as exc:
-                    fewer = _without_lowest(passages, scores)
+                    fewer = _without_lowest(passages, ranks)
                     if attempt == REFUSED_RETRIES or not fewer or self.runner._stopped(job):
                         raise
                     dropped += len(passages) - len(fewer)
@@ -283,11 +283,12 @@ class _Wake:
         self.event.set()
 
 
-def _without_lowest(passages: list[Passage], scores: dict[int, float]) -> list[Passage]:
-    """The passages without the lowest-ranked quarter of them (at least one), in the file's order;
-    a neighbour pulled in for its section has no score of its own and goes first."""
+def _without_lowest(passages: list[Passage], ranks: dict[int, int]) -> list[Passage]:
+    """The passages without the lowest-ranked quarter of them (at least one), in the file's order.
+    ``ranks``: each hit's place in the search's order (0 is the best); a neighbour pulled in for
+    its section has no place of its own and goes first."""
     drop = max(1, len(passages) // 4)
-    ranked = sorted(passages, key=lambda p: (scores.get(p.n, 0.0), -p.n))
+    ranked = sorted(passages, key=lambda p: ranks.get(p.n, len(ranks)), reverse=True)
     gone = {p.n for p in ranked[:drop]}
     return [p for p in passages if p.n not in gone]
 
