@@ -82,6 +82,9 @@ def test_1_a_reply_cut_at_its_cap_is_noted_and_continue_appends_the_rest(tmp_pat
     assert len(turns) == 1 and turns[0].reply == cut + " and that is the whole story."
     assert "cut at" not in session_file(live, name) and "Cut at" not in final
     assert "that is the whole story" in final
+    again = live.post(f"/s/{name}/turns/0/continue")          # nothing is cut any more: said below, turn kept
+    assert again.status_code == 409 and "was not cut" in again.text
+    assert again.headers["HX-Retarget"] == "#conversation" and len(scripted.chats()) == 2
 
 
 def test_1_the_synthesis_is_told_its_length_gets_the_room_and_says_when_it_was_cut(tmp_path, scripted, make_live):
