@@ -87,6 +87,34 @@ def test_1_a_reply_cut_at_its_cap_is_noted_and_continue_appends_the_rest(tmp_pat
     assert again.headers["HX-Retarget"] == "#conversation" and len(scripted.chats()) == 2
 
 
+@pytest.mark.parametrize("reply, outcome, error", [
+    (Reply(text="all of it"), "complete", None),
+    (Reply(text="word " * 40), "cut", None),                                      # at num_predict
+    (Reply(text="0123456789" * 3, fault="midstream_error"), "failed", errors.ModelFailed),   # its own error
+    (Reply(text="0123456789" * 3, fault="http_500"), "failed", errors.ServerError),
+    (Reply(text="0123456789" * 3, fault="drop"), "lost", errors.StreamBroken),    # the server lost
+])
+def test_1_the_end_of_a_call_decides_its_outcome(scripted, reply, outcome, error):
+    from app.budget import Calibration
+    from app.modelserver.ollama import OllamaServer
+    from app.work.activity import Activity
+    from app.work.calls import ModelCalls, Request
+
+    scripted.honor_num_predict, scripted.script = True, reply
+    calls = ModelCalls(OllamaServer(scripted.url), Calibration(None, 4.0))
+    activity = Activity("a1", "s", "reply", 0)
+    request = Request("tiny:1b", [{"role": "user", "content": "hi"}], window=2048, num_predict=16, bytes_per_token=4.0)
+    call = None
+    try:
+        with calls.stream(activity, request) as call:
+            list(call)
+    except errors.ModelError as exc:
+        assert type(exc) is error
+    assert call.outcome == outcome and call.cut_off is (outcome == "cut") and activity.in_flight == 0
+    if error is not None:
+        assert isinstance(call.error, error)
+
+
 def test_1_the_synthesis_is_told_its_length_gets_the_room_and_says_when_it_was_cut(tmp_path, scripted, make_live):
     def script(body):
         reply = map_or_reduce(body)

@@ -79,14 +79,6 @@ class Call:
         """The reply ended at its cap (``num_predict``), not by itself: it says so, and may be continued."""
         return self.outcome == CUT
 
-    @property
-    def generated(self) -> int:
-        """The tokens the reply used: the server's count, else its cap when it was cut there."""
-        usage = self.usage
-        if usage is not None and usage.generated_tokens:
-            return usage.generated_tokens
-        return self.request.num_predict if self.cut_off else 0
-
 
 def outcome_of(stream: ChatStream, error: BaseException | None) -> str:
     """What became of a call that ended (the one rule every kind of model work reads)."""
