@@ -63,6 +63,7 @@ class HttpServer(ModelServer):
         except TIMED_OUT:
             raise Timeout(f"{self} did not answer in time.") from None
         except TRANSPORT_FAILED as exc:
+            self.forget()
             raise Unreachable(f"Cannot reach {self}: {exc}") from None
 
     def _unreachable(self) -> Unreachable:
@@ -80,6 +81,7 @@ class HttpServer(ModelServer):
         except TIMED_OUT:
             raise Timeout(f"{self} did not start answering in time.") from None
         except TRANSPORT_FAILED as exc:
+            self.forget()
             raise StreamBroken(f"The connection to {self} failed: {exc}") from None
         if response.status_code != 200:
             try:
