@@ -87,6 +87,21 @@ def test_1_a_reply_cut_at_its_cap_is_noted_and_continue_appends_the_rest(tmp_pat
     assert again.headers["HX-Retarget"] == "#conversation" and len(scripted.chats()) == 2
 
 
+def test_1_continue_is_offered_only_where_the_window_allows(tmp_path, scripted, make_live):
+    scripted.models["tiny:1b"] = 1024           # the cut reply takes most of the window
+    scripted.honor_num_predict = True
+    scripted.script = Reply(text="word " * 2000)
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    send(live, name, "go on for ever")
+    _, final = follow_reply(live, name)
+    cap = scripted.chats()[-1].body["options"]["num_predict"]
+    assert f"Cut at {cap} tokens" in final and "fills the model's window" in final
+    assert ">Continue</button>" not in final
+    refused = live.post(f"/s/{name}/turns/0/continue")
+    assert refused.status_code == 409 and "no room left" in refused.text and len(scripted.chats()) == 1
+
+
 @pytest.mark.parametrize("reply, outcome, error", [
     (Reply(text="all of it"), "complete", None),
     (Reply(text="word " * 40), "cut", None),                                      # at num_predict
