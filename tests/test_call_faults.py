@@ -209,6 +209,21 @@ def test_3_an_openai_stream_that_ends_cleanly_without_done_is_a_whole_reply(tmp_
             list(OpenAIServer(server.url).chat("tiny:1b", [{"role": "user", "content": "hi"}], num_ctx=4096))
 
 
+@pytest.mark.parametrize("finish, outcome", [("stop", "complete"), ("length", "cut")])
+def test_3_without_done_the_finish_reason_still_says_whether_the_reply_was_cut(finish, outcome):
+    from app.budget import Calibration
+    from app.work.activity import Activity
+    from app.work.calls import ModelCalls, Request
+
+    with ScriptedOpenAI(script=OpenAIReply(text="a reply", finish_reason=finish, send_done=False)) as server:
+        calls = ModelCalls(OpenAIServer(server.url), Calibration(None, 4.0))
+        request = Request("tiny:1b", [{"role": "user", "content": "hi"}], window=4096, num_predict=16,
+                          bytes_per_token=4.0)
+        with calls.stream(Activity("a1", "s", "reply", 0), request) as call:
+            assert "".join(call) == "a reply"
+        assert call.outcome == outcome and call.usage.generated_tokens == 2
+
+
 # -- 7: the question's embedding, a refused passages request, a restarted server's window -----------
 
 @pytest.fixture
