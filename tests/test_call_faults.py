@@ -267,7 +267,9 @@ def test_7_a_passages_request_refused_as_too_long_drops_the_lowest_passages(tmp_
         if body["messages"][-1]["content"].startswith("Passages from") and not refused:
             refused.append(True)
             return Reply(fault="context")       # the server counts the request longer than the app did
-        return answer_from_passages(body)
+        reply = answer_from_passages(body)
+        reply.done_reason = "length"            # and the answer runs to its cap
+        return reply
 
     scripted.script = script
     config = dataclasses.replace(make_config(tmp_path, scripted.url), retrieval=RetrievalConfig())
@@ -283,6 +285,10 @@ def test_7_a_passages_request_refused_as_too_long_drops_the_lowest_passages(tmp_
     assert [str(p["chunk"]) for p in job.rag] == sent[1]            # the sources are what was sent
     reply = fountain.turns(fountain.loads(session_file(live, name)))[0].reply
     assert "Bartholomew Quince" in reply and "left out" in reply
+    cap = asks[1].body["options"]["num_predict"]        # told its length, given the room the window leaves
+    assert cap > live.config.budget.reply_tokens and asks[1].prompt_bytes / 4 + cap <= asks[1].num_ctx
+    assert f"Answer in at most {mapreduce.answer_words(cap)} words" in asks[1].body["messages"][-1]["content"]
+    assert f"The answer was cut at {cap:,} tokens" in reply
 
 
 def test_7_a_restarted_servers_window_is_read_again(tmp_path, make_live):

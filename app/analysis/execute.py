@@ -80,10 +80,10 @@ def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
     return chunk.first_line - text.count("\n", chunk.start, chunk.body_start), chunk.last_line
 
 
-def cut_note(what: str, tokens: int) -> str:
+def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer chunks.") -> str:
     """Said under an answer that ended at its cap: its end is missing, and why."""
     return (f"\n\n*(The {what} was cut at {tokens:,} tokens, all the room the model's window left: its end is "
-            "missing. Ask for less, or analyse fewer chunks.)*")
+            f"missing. {hint})*")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -257,7 +257,7 @@ class Retrieval:
             text += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
                      "model server counted the request longer than its window.)*")
         if usage is not None and usage.cut_off:
-            text += cut_note("answer", reply)
+            text += cut_note("answer", reply, "Ask for less, or read all the chunks.")
         return text, passages
 
     def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
