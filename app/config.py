@@ -80,6 +80,15 @@ class RetrievalConfig:
 
 
 @dataclass(frozen=True)
+class ChatConfig:
+    # The most a chat reply may generate (num_predict; max_tokens on an OpenAI-compatible server).
+    # 1024 tokens is about 750 words: a full answer with a code block, a few minutes on a Pi; a
+    # reply that reaches it is marked "cut" with a Continue. Never "whatever the window has free":
+    # a looping small model would hold the one model slot for half an hour.
+    reply_tokens: int = 1024
+
+
+@dataclass(frozen=True)
 class BudgetConfig:
     safety_margin: float = 0.10
     reply_tokens: int = 512
@@ -118,6 +127,7 @@ class Config:
     models: dict[str, ModelConfig] = field(default_factory=dict)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     workspace: str = "./data/workspace"
@@ -271,6 +281,9 @@ def _check(obj, source: str, prefix: str) -> None:
         for key in ("passages", "embed_batch"):
             if getattr(obj, key) < 1:
                 raise bad(key, "a whole number of at least 1", getattr(obj, key))
+    elif isinstance(obj, ChatConfig):
+        if obj.reply_tokens < 16:
+            raise bad("reply_tokens", "a whole number of at least 16", obj.reply_tokens)
     elif isinstance(obj, BudgetConfig):
         if not 0 <= obj.safety_margin < 1:
             raise bad("safety_margin", "a number in [0, 1)", obj.safety_margin)

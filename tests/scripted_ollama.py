@@ -12,7 +12,10 @@ for an update. Every request
 is recorded so tests can assert on ``num_ctx``, ``truncate``, ``format``, message
 order and sizes, and on whether the client closed the stream early.  A script may
 answer with JSON text (a structured reply); ``refuse_format`` makes the server
-refuse any chat that asks for a ``format``, as an older Ollama does.
+refuse any chat that asks for a ``format``, as an older Ollama does.  ``honor_num_predict`` cuts a
+reply at ``options.num_predict`` and says ``done_reason: "length"``, as Ollama does; ``hold_embed``
+holds the embedding requests it picks until ``embed_release`` is set or the client hangs up
+(recorded as ``disconnected``).
 
 Run by hand for a demo without any model::
 
@@ -162,6 +165,8 @@ class ScriptedOllama:
         self.max_in_flight = 0           # the most chat requests ever answered at once
         self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
+        self.hold_embed: Callable[[list[str]], bool] | None = None   # which embeds to hold (a model loading)
+        self.embed_release = threading.Event()                        # lets every held embed answer
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -341,7 +346,7 @@ def _handler_for(server: ScriptedOllama):
                 if self.path == "/api/show":
                     return self._show(body)
                 if self.path == "/api/embed":
-                    return self._embed(body)
+                    return self._embed(body, rec)
                 if self.path == "/api/chat":
                     server._enter(1)
                     try:
@@ -362,7 +367,7 @@ def _handler_for(server: ScriptedOllama):
                 "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
             })
 
-        def _embed(self, body):
+        def _embed(self, body, rec: Recorded):
             if body.get("model") not in server.models:
                 return self._json(404, {"error": f"model '{body.get('model')}' not found"})
             texts = body.get("input")
@@ -371,6 +376,12 @@ def _handler_for(server: ScriptedOllama):
             if body.get("truncate") is False and any(server.tokens_of(t) > limit for t in texts):
                 return self._json(400, {"error": "the input length exceeds the context length"})
             texts = [server.cut_to(t, limit) for t in texts]   # like Ollama: silently, unless truncate is false
+            if server.hold_embed is not None and server.hold_embed(texts):
+                while not server.embed_release.is_set() and not server._stopping.is_set():
+                    if self._client_left(0.05):
+                        rec.disconnected = True
+                        self.close_connection = True
+                        return
             if server.embed_delay:
                 time.sleep(server.embed_delay)
             vectors = [server.embed_fn(t) if server.embed_fn else [(len(t) + i) / 100.0 for i in range(server.embed_size)]
@@ -438,8 +449,10 @@ def _handler_for(server: ScriptedOllama):
             started = time.monotonic()
             text = reply.text
             limit = (body.get("options") or {}).get("num_predict")
+            done_reason = reply.done_reason
             if server.honor_num_predict and limit is not None and limit >= 0 and len(text) > limit * 4:
                 text = text[:limit * 4]          # num_predict tokens of 4 bytes: the model stops there
+                done_reason = "length"
             pieces = [text[i:i + reply.piece_size] for i in range(0, len(text), reply.piece_size)]
             try:
                 for n, piece in enumerate(pieces):
@@ -457,7 +470,7 @@ def _handler_for(server: ScriptedOllama):
                         return
                 elapsed = int((time.monotonic() - started) * 1e9) or 1
                 self._chunk({"model": body["model"], "message": {"role": "assistant", "content": ""},
-                             "done": True, "done_reason": reply.done_reason,
+                             "done": True, "done_reason": done_reason,
                              "total_duration": elapsed + 1000, "load_duration": 1000,
                              "prompt_eval_count": prompt_tokens, "prompt_eval_duration": 1000,
                              "eval_count": max(1, len(pieces)), "eval_duration": elapsed})

@@ -7,6 +7,10 @@ Small sibling of ``scripted_ollama``: real HTTP on a free port, ``/v1/models``,
 enforced as each server does: llama-server refuses a prompt of at least ``n_ctx`` tokens
 (``exceed_context_size_error``), vLLM one whose prompt plus ``max_tokens`` exceeds
 ``max_model_len``. Every request is recorded, with whether the client hung up before the end.
+``Reply(send_done=False)`` ends the body cleanly after the finish reason and usage without
+``data: [DONE]`` (llama.cpp's server before PR #9459, ik_llama.cpp, llama-box); ``kill()`` and
+``revive()`` take the server away and bring it back on the same port (a restart with other flags:
+change ``models`` in between).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Reply:
     fault: str | None = None        # None | "context" | "http_503" | "midstream_error" | "drop"
     fault_after: int = 2            # pieces sent before a mid-stream fault
     finish_reason: str = "stop"
+    send_done: bool = True          # False: end the body after finish_reason and usage, without [DONE]
 
 
 @dataclass
@@ -61,9 +66,14 @@ class ScriptedOpenAI:
         self.in_flight = 0                  # chat requests being answered now
         self.max_in_flight = 0              # the most chat requests ever answered at once
         self._lock = threading.Lock()
+        self._open: set = set()             # sockets of requests being handled (kill() drops them)
         self._stopping = threading.Event()
-        self._httpd = _QuietServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
+        self._httpd = self._bind(("127.0.0.1", 0))
+
+    def _bind(self, address) -> _QuietServer:
+        httpd = _QuietServer(address, _handler_for(self))
+        httpd.daemon_threads = True
+        return httpd
 
     @property
     def url(self) -> str:
@@ -77,6 +87,24 @@ class ScriptedOpenAI:
     def __exit__(self, *exc) -> None:
         self._stopping.set()
         self._httpd.stop_serving()
+
+    def kill(self) -> None:
+        """Go away like a stopped server: every open connection dropped (kept-alive ones too), and new
+        ones refused until ``revive``."""
+        self._address = self._httpd.server_address[:2]
+        self._httpd.stop_serving()
+        with self._lock:
+            conns = list(self._open)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def revive(self) -> None:
+        """Come back on the same port (with whatever ``models`` says now: a restart with other flags)."""
+        self._httpd = self._bind(self._address)
+        self.__enter__()
 
     def chats(self) -> list[Recorded]:
         with self._lock:
@@ -108,6 +136,19 @@ def _handler_for(server: ScriptedOpenAI):
 
         def log_message(self, *args):
             pass
+
+        def setup(self):
+            super().setup()
+            with server._lock:
+                server._open.add(self.connection)
+
+        def finish(self):
+            with server._lock:
+                server._open.discard(self.connection)
+            try:
+                super().finish()
+            except OSError:
+                pass
 
         def _json(self, status: int, obj) -> None:
             data = json.dumps(obj).encode()
@@ -229,7 +270,8 @@ def _handler_for(server: ScriptedOpenAI):
                     self._event({"choices": [], "usage": {"prompt_tokens": server.prompt_tokens(body),
                                                           "completion_tokens": len(pieces),
                                                           "total_tokens": server.prompt_tokens(body) + len(pieces)}})
-                self._send(b"data: [DONE]\n\n")
+                if reply.send_done:
+                    self._send(b"data: [DONE]\n\n")
                 self._send(b"")
             except (BrokenPipeError, ConnectionResetError, OSError):
                 rec.disconnected = True

@@ -301,7 +301,7 @@ def test_failing_chunk_is_retried_then_recorded_and_the_run_completes(setup, mon
     job, _ = start_job(live, name, "Summarize.")
     list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
     assert job.state == "done"
-    assert attempts == {"2": 1 + len(execute.RETRY_PAUSES_S), "3": 2}      # a 500: retried after each pause
+    assert attempts == {"2": 2, "3": 2}      # a 500 is the server's answer: sent once more, then recorded
     assert job.results[1].status == "error" and job.results[2].status == "ok"
     synthesis = scripted.chats()[-1].body["messages"][-1]["content"]
     assert "Chunks with no answer (failed or not run): 2." in synthesis

@@ -121,7 +121,7 @@ def test_unreachable_is_named_and_says_the_url():
 @pytest.mark.parametrize("fault, error, kind, transient", [
     ("model_404", errors.ModelNotFound, "model_not_found", False),
     ("http_500", errors.ServerError, "http_error", False),     # a runner crash: the same request repeats it
-    ("midstream_error", errors.StreamBroken, "stream_error", True),
+    ("midstream_error", errors.ModelFailed, "model_failed", False),   # the server's own answer, not a lost line
     ("drop", errors.StreamBroken, "stream_error", True),
     ("hang", errors.Timeout, "timeout", True),
     ("context", errors.ContextExceeded, "context_exceeded", False),

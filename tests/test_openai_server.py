@@ -154,14 +154,17 @@ def test_a_503_is_transient_and_the_next_call_succeeds(llama):
     assert models.chat_text("tiny:1b", HI, num_ctx=4096)[0] == "You said: hi"
 
 
-@pytest.mark.parametrize("fault", ["midstream_error", "drop"])
-def test_a_reply_that_breaks_off_keeps_what_arrived(llama, fault):
+@pytest.mark.parametrize("fault, error, transient", [
+    ("midstream_error", errors.ModelFailed, False),     # the server's own error event: an answer
+    ("drop", errors.StreamBroken, True),                # the connection cut: the server lost
+])
+def test_a_reply_that_breaks_off_keeps_what_arrived(llama, fault, error, transient):
     llama.script = Reply(text="0123456789" * 3, fault=fault)
     got = []
-    with pytest.raises(errors.StreamBroken) as info:
+    with pytest.raises(error) as info:
         for piece in client(llama).chat("tiny:1b", HI, num_ctx=4096):
             got.append(piece)
-    assert got == ["0123", "4567"] and info.value.transient
+    assert got == ["0123", "4567"] and info.value.transient is transient
 
 
 def test_unreachable_names_the_url():

@@ -82,7 +82,8 @@ def test_the_answer_is_one_request_holding_the_deep_fact_and_fitting_the_window(
     assert len(chats) == 1
     request = chats[0]
     prompt = request.body["messages"][-1]["content"]
-    assert "Bartholomew Quince" in prompt and prompt.rstrip().endswith("Question: " + QUESTION)
+    assert "Bartholomew Quince" in prompt and re.search(
+        "Question: " + re.escape(QUESTION) + r"\nAnswer in at most \d+ words, and finish your last sentence\.$", prompt)
     window, reply = request.num_ctx, request.body["options"]["num_predict"]
     assert window == job.window
     assert math.ceil(request.prompt_bytes / 4) + reply <= window

@@ -7,10 +7,13 @@ synthesis (reduce).  Every state change still goes through the runner (``transit
 ``machine``), so the two never race.  Failures of a map call are sorted by what trying
 again can do (``retryable``, ``repeats``):
 
-* the server away, busy or restarting (connection refused or reset, a timeout, a broken
-  stream, 429, 500, 502, 503, 504) is retried after a growing pause (``RETRY_PAUSES_S``);
-  a Stop during the pause ends it at once; when the pauses are used up, a transient
-  failure interrupts the job (Retry resumes it) and a 500 is recorded for the chunk;
+* the server away, busy or restarting (connection refused or reset, a timeout, a connection
+  cut mid-reply, 429, 502, 503, 504) is retried after a growing pause (``RETRY_PAUSES_S``);
+  a Stop during the pause ends it at once; when the pauses are used up, the job is
+  interrupted (Retry resumes it): only a lost server pauses the job;
+* the server's own error (``answered``: a 500, or an error inside the reply's stream, the
+  runner failing on this input) is an answer: retried once after the first pause, then
+  recorded for the chunk (its lines named unread) and the run goes on;
 * a refusal that repeats (the model not installed) is recorded at once, never retried;
 * anything else is retried once and recorded.
 """
@@ -25,7 +28,7 @@ import time
 from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
-from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelNotFound, ServerError
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError
 from ..work.activity import Part
 from ..work.calls import Request
 from . import mapreduce, plan, record
@@ -47,13 +50,16 @@ def repeats(exc: BaseException) -> bool:
     return isinstance(exc, (ContextExceeded, ModelNotFound, mapreduce.CombineError))
 
 
+def answered(exc: BaseException) -> bool:
+    """The server's own error: a 500 (a runner that crashed on this input, a balancer's own error) or
+    an error inside the reply's stream (``ModelFailed``). The server is there and answered, so the
+    chunk is sent once more, then recorded as failed; the job never pauses for it."""
+    return isinstance(exc, ModelFailed) or (isinstance(exc, ServerError) and exc.http_status == 500)
+
+
 def retryable(exc: BaseException) -> bool:
     """A map call worth sending again after a pause: the server is away, busy or restarting
-    (``transient``: refused or reset connections, timeouts, broken streams, 429/502/503/504),
-    or it answered 500 (a runner that crashed, a balancer's own error); ``ServerError.transient``
-    leaves 500 out because a chat reply should not wait on it, but a map call can afford a retry."""
-    if isinstance(exc, ServerError) and exc.http_status == 500:
-        return True
+    (``transient``: refused or reset connections, timeouts, cut connections, 429/502/503/504)."""
     return bool(getattr(exc, "transient", False)) and not repeats(exc)
 
 
@@ -72,6 +78,12 @@ def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
     """The 1-based first and last line of the chunk's whole range ``start:end`` (its overlap with
     the chunk before included: the model read it, and a quote may come from it)."""
     return chunk.first_line - text.count("\n", chunk.start, chunk.body_start), chunk.last_line
+
+
+def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer chunks.") -> str:
+    """Said under an answer that ended at its cap: its end is missing, and why."""
+    return (f"\n\n*(The {what} was cut at {tokens:,} tokens, all the room the model's window left: its end is "
+            f"missing. {hint})*")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -149,6 +161,13 @@ class Execution:
                 if self.runner._stopped(job) or part.cancelled:
                     return None
                 result = ChunkResult(chunk.index, "error", error=_one_line(exc), heading=heading)
+                if answered(exc) and others < RETRIES and RETRY_PAUSES_S:
+                    others += 1
+                    log.warning("chunk %d/%d of %s: the server answered with an error (%s); sent once more in "
+                                "%.1f s", chunk.index + 1, job.total, job.file, _one_line(exc), RETRY_PAUSES_S[0])
+                    if self._pause(job, part, RETRY_PAUSES_S[0]):
+                        return None
+                    continue
                 if retryable(exc) and pauses < len(RETRY_PAUSES_S):
                     pause, pauses = RETRY_PAUSES_S[pauses], pauses + 1
                     log.warning("chunk %d/%d of %s failed (%s); retry %d of %d in %.1f s", chunk.index + 1,
@@ -159,7 +178,7 @@ class Execution:
                 log.warning("chunk %d/%d of %s failed: %s", chunk.index + 1, job.total, job.file, exc)
                 if exc.transient and not repeats(exc):
                     return Interrupted(exc)
-                if repeats(exc) or retryable(exc) or others >= RETRIES:
+                if repeats(exc) or answered(exc) or others >= RETRIES:
                     return result       # refused for good, or retried as often as it may be
                 others += 1
 
@@ -218,7 +237,8 @@ class Execution:
         self.runner._emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
-              chunk: bool = False, format: dict | None = None, holder: Part | None = None) -> str:
+              chunk: bool = False, format: dict | None = None, holder: Part | None = None,
+              cuts: list[int] | None = None) -> str:
         """One model call through the shared helper (``work.calls``): refused before sending if it
         would not fit the window with its reply, cancelled by the job's activity on a stop
         (``holder``: the map call's part of it, which a re-plan may also cancel).
@@ -237,6 +257,8 @@ class Execution:
         if usage is not None:
             with self._costs:       # (map calls end in several threads at once)
                 self._add_cost(job, messages, usage, chunk)
+        if cuts is not None:        # the caller says when its reply ended at its cap
+            cuts.append(request.num_predict if usage is not None and usage.cut_off else 0)
         return text
 
     @staticmethod
@@ -288,8 +310,9 @@ class Execution:
         parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
         note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
         effective = plan.effective_context(self.svc, job.model, job.window)
+        cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
-            lambda messages, reply: self._call(job, messages, reply), effective=effective,
+            lambda messages, reply: self._call(job, messages, reply, cuts=cuts), effective=effective,
             safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
             progress=lambda stage: self.runner._progress(job, stage=stage))
@@ -306,4 +329,7 @@ class Execution:
         answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
         if removed:
             log.info("analysis %s: %d citations of chunks without a relevant passage removed", job.id, removed)
+        if cuts and cuts[-1]:
+            log.warning("analysis %s: the synthesis was cut at its cap of %d tokens", job.id, cuts[-1])
+            answer += cut_note("synthesis", cuts[-1])
         return answer

@@ -319,16 +319,31 @@ def citations(answer: str) -> list[int]:
     return list(seen)
 
 
-def reduce_prompt(instruction: str, parts: list[str], note: str) -> str:
+MAX_ANSWER_WORDS = 1200   # the longest answer a synthesis or a passages answer is asked for (minutes on a Pi)
+
+
+def answer_words(tokens: int) -> int:
+    """The words an answer of ``tokens`` is asked to keep within: about 3 words per 4 tokens of English,
+    less a fifth for Markdown and citation marks, so the model ends by itself before its cap; at
+    most ``MAX_ANSWER_WORDS``, rounded to tens."""
+    return max(20, min(MAX_ANSWER_WORDS, tokens * 3 // 5) // 10 * 10)
+
+
+def length_line(words: int | None) -> str:
+    """The sentence that tells an answer its length (nothing when no length is given)."""
+    return "" if words is None else f"\nAnswer in at most {words} words, and finish your last sentence."
+
+
+def reduce_prompt(instruction: str, parts: list[str], note: str, words: int | None = None) -> str:
     body = "\n\n".join(parts)
     return (f"Instruction: {instruction}\n\nThe partial answers below were written from the chunks of one "
             f"document, in order. Combine them into one answer to the instruction. {CITE_LINE}{note}"
-            f"\n\n---\n{body}")
+            f"{length_line(words)}\n\n---\n{body}")
 
 
-def reduce_messages(instruction: str, parts: list[str], note: str) -> list[dict]:
+def reduce_messages(instruction: str, parts: list[str], note: str, words: int | None = None) -> list[dict]:
     return [{"role": "system", "content": REDUCE_SYSTEM},
-            {"role": "user", "content": reduce_prompt(instruction, parts, note)}]
+            {"role": "user", "content": reduce_prompt(instruction, parts, note, words)}]
 
 
 def cut(text: str, tokens: int, bpt: float) -> str:
@@ -365,17 +380,21 @@ class Combiner:
         self.effective, self.safety = effective, safety
         self.reply_tokens, self.part_reply_tokens = reply_tokens, part_reply_tokens
         self.rounds: list[int] = []          # how many parts each combining round started with
+        self.final_reply = 0                 # the synthesis' reply cap (the room its window left)
 
     def _tokens(self, parts: list[str]) -> int:
         return sum(estimate_tokens(p + "\n\n", self.bpt) for p in parts)
 
-    def _room(self, instruction: str, note: str, reply: int) -> int:
+    def _room(self, instruction: str, note: str, reply: int, words: int | None = None) -> int:
         """Tokens left for the parts in one request that reserves ``reply`` for the answer."""
-        fixed = estimate_messages(reduce_messages(instruction, [], note), self.bpt)
+        fixed = estimate_messages(reduce_messages(instruction, [], note, words), self.bpt)
         return self.effective - fixed - self.safety - reply
 
     def combine(self, instruction: str, parts: list[str], note: str) -> str:
-        final_room = self._room(instruction, note, self.reply_tokens)
+        """The synthesis: parts combined in rounds until they fit one request, which is told its
+        length (``answer_words``) and may generate all the room the window leaves after the parts
+        (at least ``reply_tokens``): ``final_reply`` is that cap, for a caller that reports a cut."""
+        final_room = self._room(instruction, note, self.reply_tokens, MAX_ANSWER_WORDS)
         if final_room < MIN_PART_TOKENS:
             raise CombineError(
                 f"The synthesis cannot run: the model's usable context ({self.effective:,} tokens) leaves "
@@ -384,7 +403,9 @@ class Combiner:
         for level in range(1, MAX_ROUNDS + 1):
             if len(parts) <= 1 or self._tokens(parts) <= final_room:
                 parts = [cut(p, final_room - 2, self.bpt) for p in parts]   # (a lone part may be too long)
-                return self.call(reduce_messages(instruction, parts, note), self.reply_tokens)
+                self.final_reply = self.reply_tokens + max(0, final_room - self._tokens(parts))
+                words = answer_words(self.final_reply)
+                return self.call(reduce_messages(instruction, parts, note, words), self.final_reply)
             parts = self._round(instruction, parts, level)
         raise CombineError(f"The partial answers could not be combined in {MAX_ROUNDS} rounds.")
 

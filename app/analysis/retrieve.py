@@ -20,12 +20,12 @@ import time
 from .. import chunking
 from ..budget import estimate_messages, estimate_tokens, new_budget
 from ..errors import HarveyError
-from ..modelserver import Cancelled
+from ..modelserver import Cancelled, ContextExceeded
 from ..retrieval import embedding, search
 from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
 from . import mapreduce
-from .execute import _one_line
+from .execute import _one_line, cut_note
 from .job import Job
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 INDEX_IDLE_S = 900.0         # a build silent this long (no batch, no end) is given up; one embed call times out at 600
 INDEX_REQUESTS = 3           # times a job asks for its index when another job's Cancel ended the build it waited on
 CANDIDATES_PER_PASSAGE = 3   # hits searched per passage wanted (some will not fit)
+REFUSED_RETRIES = 3          # times a request the server refused as too long is sent again with fewer passages
 SYSTEM = ("You answer questions about a file from passages of it. Use only the passages below. Cite the "
           "passages your answer rests on by their numbers, as [12] or [12, 40]. If the passages do not hold "
           "the answer, say so plainly.")
@@ -50,11 +51,12 @@ def block(p: Passage) -> str:
     return f"{label(p)}\n{p.text.strip()}"
 
 
-def user_message(file: str, question: str, passages: list[Passage]) -> str:
-    """The request's user message: the passages in the file's order, then the question."""
+def user_message(file: str, question: str, passages: list[Passage], words: int | None = None) -> str:
+    """The request's user message: the passages in the file's order, then the question (and the
+    answer's length, ``mapreduce.answer_words`` of the room the window leaves it)."""
     body = "\n\n".join(block(p) for p in passages)
     return (f"Passages from {file}, the most relevant to the question, in the file's order:\n\n{body}\n\n"
-            f"Question: {question}")
+            f"Question: {question}{mapreduce.length_line(words)}")
 
 
 class Retrieval:
@@ -94,15 +96,18 @@ class Retrieval:
                 self.runner._progress(job, stage="the index was damaged: indexing again")
             except HarveyError as exc:         # a search past its time limit
                 return self.runner._fail(job, f"The passages of {job.file} could not be searched: {_one_line(exc)}")
+        if self.runner._stopped(job):          # a Stop while the question was embedded
+            return self.runner._after_stop(job)
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
                       "other words, or read all the chunks.")
             return self._done(job, answer, [], {}, how, total)
         self.runner.transition(job, "synthesizing", expect="running")
         self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
-        answer = self._ask(job, chosen, budget)
-        if answer is None:
+        asked = self._ask(job, chosen, {h.n: rank for rank, h in enumerate(hits)}, budget)
+        if asked is None:
             return
+        answer, chosen = asked
         answer, removed = mapreduce.resolve_citations(answer, {p.n + 1 for p in chosen})
         if removed:
             log.info("retrieval %s: %d citations of passages not sent removed", job.id, removed)
@@ -178,9 +183,12 @@ class Retrieval:
         """The hits for the question, and how they were found (said in the answer's notice)."""
         limit = self.svc.config.retrieval.passages * CANDIDATES_PER_PASSAGE
         vector = None
-        if model:
-            try:
-                vector = embedding.pack(self.svc.models.embed(model, [embedding.query_text(model, job.task)])[0])
+        activity = self.runner._activity_of(job)
+        if model and activity is not None:
+            try:        # through the call helper: a Stop cuts it, however long the embedding model loads
+                vector = embedding.pack(self.svc.calls.embed(activity, model, [embedding.query_text(model, job.task)])[0])
+            except Cancelled:
+                model = None        # stopped: the job ends after the search (``run``)
             except HarveyError as exc:
                 log.warning("retrieval %s: the question could not be embedded (%s); keyword search", job.id, exc)
                 model = None
@@ -197,7 +205,8 @@ class Retrieval:
                   self.svc.calibration.bytes_per_token(job.model, job.text_kind or "prose", conservative=True))
         budget = new_budget(self.svc.config, job.model, job.window, bpt)
         budget.reserve("system", estimate_messages([{"content": SYSTEM}], bpt))
-        budget.reserve("question", estimate_messages([{"content": user_message(job.file, job.task, [])}], bpt))
+        budget.reserve("question", estimate_messages(
+            [{"content": user_message(job.file, job.task, [], mapreduce.MAX_ANSWER_WORDS)}], bpt))
         return budget
 
     def _fit(self, job: Job, index: Index, hits: list[search.Hit], budget) -> tuple[list[Passage], dict[int, float]]:
@@ -225,18 +234,36 @@ class Retrieval:
 
     # -- the call and the record ----------------------------------------------------------------
 
-    def _ask(self, job: Job, passages: list[Passage], budget) -> str | None:
-        """The one chat request (refused before sending if it would not fit), its reply cap from the
-        budget the passages were fitted in; None when it did not end."""
+    def _ask(self, job: Job, passages: list[Passage], ranks: dict[int, int],
+             budget) -> tuple[str, list[Passage]] | None:
+        """The one chat request (refused before sending if it would not fit): told its length and
+        given all the room the budget left after the passages; the answer and the passages it was
+        given, or None when it did not end.  A request the server refuses as too long (its count is
+        higher than the estimate) is sent again without its lowest-ranked passages, at most
+        ``REFUSED_RETRIES`` times; an answer cut at its cap says so."""
         activity = self.runner._activity_of(job)
-        messages = [{"role": "system", "content": SYSTEM},
-                    {"role": "user", "content": user_message(job.file, job.task, passages)}]
-        request = Request(job.model, messages, window=job.window, num_predict=budget.components["reply"],
-                          bytes_per_token=budget.bytes_per_token)
+        reply = budget.components["reply"] + max(0, budget.remaining)
+        dropped = 0
         try:
             if activity is None:
                 raise Cancelled("The analysis no longer holds its session.")
-            text, usage = self.svc.calls.text(activity, request)
+            for attempt in range(REFUSED_RETRIES + 1):
+                messages = [{"role": "system", "content": SYSTEM},
+                            {"role": "user", "content": user_message(job.file, job.task, passages,
+                                                                     mapreduce.answer_words(reply))}]
+                request = Request(job.model, messages, window=job.window, num_predict=reply,
+                                  bytes_per_token=budget.bytes_per_token)
+                try:
+                    text, usage = self.svc.calls.text(activity, request)
+                    break
+                except ContextExceeded as exc:
+                    fewer = _without_lowest(passages, ranks)
+                    if attempt == REFUSED_RETRIES or not fewer or self.runner._stopped(job):
+                        raise
+                    dropped += len(passages) - len(fewer)
+                    log.warning("retrieval %s: the server refused %d passages as too long (%s); sending %d",
+                                job.id, len(passages), _one_line(exc), len(fewer))
+                    passages = fewer
         except HarveyError as exc:
             if self.runner._stopped(job):
                 self.runner._after_stop(job)
@@ -252,7 +279,12 @@ class Retrieval:
             job.prompt_tokens += usage.prompt_tokens or 0
             job.generated_tokens += usage.generated_tokens or 0
             job.model_seconds += usage.seconds or 0.0
-        return text
+        if dropped:
+            text += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
+                     "model server counted the request longer than its window.)*")
+        if usage is not None and usage.cut_off:
+            text += cut_note("answer", reply, "Ask for less, or read all the chunks.")
+        return text, passages
 
     def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
               total: int) -> None:
@@ -283,6 +315,16 @@ class _Wake:
 
     def cancel(self) -> None:
         self.event.set()
+
+
+def _without_lowest(passages: list[Passage], ranks: dict[int, int]) -> list[Passage]:
+    """The passages without the lowest-ranked quarter of them (at least one), in the file's order.
+    ``ranks``: each hit's place in the search's order (0 is the best); a neighbour pulled in for
+    its section has no place of its own and goes first."""
+    drop = max(1, len(passages) // 4)
+    ranked = sorted(passages, key=lambda p: ranks.get(p.n, len(ranks)), reverse=True)
+    gone = {p.n for p in ranked[:drop]}
+    return [p for p in passages if p.n not in gone]
 
 
 def _in_rank_order(index: Index, numbers: list[int]) -> list[Passage]:

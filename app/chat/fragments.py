@@ -15,6 +15,7 @@ from flask import render_template, url_for
 from markupsafe import Markup
 
 from ..analysis.job import SETTLED
+from ..errors import HarveyError, ModelError
 from ..render import markdown
 from ..services import services
 from ..sessions import fountain, notes
@@ -47,6 +48,8 @@ class TurnView:
     partials: list = field(default_factory=list)    # a finished analysis's partial answers (this run only)
     files: list = field(default_factory=list)       # (name, tokens) the message included
     partials_job: object = None
+    cut: int = 0                # the reply ended at its cap of this many tokens: said, with Continue
+    continuable: bool = False   # the last turn's cut reply leaves room in the window to ask for the rest
 
 
 def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
@@ -75,6 +78,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
         view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
     read = notes.read(turn.notes)
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
+    view.cut = read.cut if turn.reply is not None else 0
     if read.error:
         view.error = prepare.error_view(*read.error, api=api)
         view.partial_kept = bool(turn.reply)
@@ -117,6 +121,9 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.ollama.api)
              for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
+    last = by_index.get(len(turns) - 1)
+    if last is not None and last.cut:
+        last.continuable = _continuable(svc, session, last.index)
     holder = svc.activities.holder(session.name)
     if holder is not None and holder.kind == "reply" and holder.turn in by_index:
         view = by_index[holder.turn]
@@ -130,6 +137,16 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
             view.partials_job = job          # the partial answers stay openable after the job
             view.partials = svc.jobs.results(job)     # (a snapshot under the runner's lock)
     return views
+
+
+def _continuable(svc, session: Session, index: int) -> bool:
+    """Whether Continue can ask for the rest of turn ``index``'s cut reply: its request fits the
+    window (the same check the Continue itself makes, ``prepare.continue_request``)."""
+    try:
+        prepare.continue_request(svc, session.turns, index, session_model(svc, session))
+    except (HarveyError, ModelError):
+        return False
+    return True
 
 
 def recent(limit: int = 8) -> list[dict]:

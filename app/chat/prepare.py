@@ -64,10 +64,15 @@ class Prepared:
         at_chat = sum(estimate_tokens(f.text, bpt) for f in self.files)
         return estimate_messages(self.messages, bpt) - at_chat + sum(f.tokens for f in self.files)
 
+    cap: int = 0                      # chat.reply_tokens: the most the reply may generate (0: the room)
+
     def request(self) -> Request:
-        """The chat request: it may generate its reservation and whatever the budget left free."""
+        """The chat request: it may generate its reservation and whatever the budget left free, up to
+        its own cap (``chat.reply_tokens``): never every free token of the window, which a looping
+        model would fill for half an hour on a Pi."""
         room = self.budget.components.get("reply", 0) + max(0, self.budget.remaining)
-        return Request(self.model, self.messages, window=self.budget.window, num_predict=room,
+        return Request(self.model, self.messages, window=self.budget.window,
+                       num_predict=min(room, self.cap) if self.cap else room,
                        bytes_per_token=self.budget.bytes_per_token, tokens=self.estimate)
 
 
@@ -170,6 +175,33 @@ def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) 
     return request, len(older), left_out
 
 
+CONTINUE_PROMPT = ("Your reply above stopped at its length limit. Continue it exactly where it stopped, without "
+                   "repeating anything and without any introduction.")
+
+
+def continue_request(svc, past: list[fountain.Turn], index: int, model: str) -> Prepared:
+    """The request for the rest of turn ``index``'s reply, cut at its cap: the history before it,
+    that turn's message and its reply so far, and a plain request to go on from there.  Refused
+    (``TurnRefused``) when the conversation and the reply leave no room in the window to continue."""
+    config = svc.config
+    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
+    system = system_prompt(config, config.workspace_path)
+    turn = past[index]
+    exchange = [{"role": "user", "content": _history_prompt(turn) or ""},
+                {"role": "assistant", "content": turn.reply or ""}, {"role": "user", "content": CONTINUE_PROMPT}]
+    budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
+    budget.components["message"] = estimate_messages(exchange, budget.bytes_per_token)
+    try:
+        _refuse_too_long(budget)
+    except TurnRefused:
+        raise TurnRefused("too_long", "The reply so far fills the model's window: there is no room left to "
+                                      "continue it. Ask for the rest in a new message, or start a new session.") from None
+    history, left_out = fit_history(budget, system, history_turns(past[:index]))
+    messages = [{"role": "system", "content": system}, *history, *exchange]
+    return Prepared(model, exchange[0]["content"], messages, budget, left_out_turns=left_out,
+                    cap=config.chat.reply_tokens)
+
+
 def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fountain.Turn:
     """The compact note turn: the summary later requests send instead of the turns it covers."""
     return fountain.Turn(when=now(), user_text=None, model=model, harvey=summary.strip() or "(empty summary)",
@@ -187,7 +219,7 @@ def prepare_files(svc, text: str, model: str) -> Prepared:
     budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
     budget.components["message"] = estimate_messages([{"content": text}], budget.bytes_per_token)
     _refuse_too_long(budget)
-    prepared = Prepared(model, text, [], budget)
+    prepared = Prepared(model, text, [], budget, cap=config.chat.reply_tokens)
     _add_files(svc, prepared, text)
     return prepared
 
@@ -347,6 +379,8 @@ ERROR_TEXTS = {
     "timeout": ("The model timed out",
                 "The Pi may be busy or the model too large; try again or pick a smaller model."),
     "stream_error": ("The model failed mid-reply", "Try again; if it keeps failing, check {log}."),
+    "model_failed": ("The model failed mid-reply", "{Server} answered with an error while writing; try again, "
+                                                   "and if it keeps failing, check {log}."),
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
     "unknown_model": ("Unknown model", "Use an installed model's name after @, or {install}."),
     "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),

@@ -33,6 +33,7 @@ class Generation(Activity):
         self.error: ModelError | None = None
         self.usage: Usage | None = None
         self.warning = ""             # what the calibration noticed about the server's counts
+        self.cut_at = 0               # the reply ended at its cap of this many tokens (0: it was not cut)
 
     @property
     def text(self) -> str:
@@ -67,17 +68,20 @@ def run(calls: ModelCalls, gen: Generation, request: Request, on_piece: Callable
 
 
 def _read(calls: ModelCalls, gen: Generation, request: Request, on_piece) -> None:
-    """Fill ``gen`` from the stream and set its status; errors become its ``error``."""
-    stream = None
+    """Fill ``gen`` from the stream and set its status; errors become its ``error``.  The call's end
+    (``calls.stream``) says whether the reply was cut at its cap: ``gen.cut_at`` then holds the cap."""
+    call = None
     try:
-        stream = calls.open(gen, request, fit_reply=True)
-        gen.status = "running"
-        for piece in stream:
-            gen.pieces.append(piece)
-            on_piece(gen, piece)
-        if stream.cancelled:
-            raise Cancelled("stopped")
+        with calls.stream(gen, request, fit_reply=True) as call:
+            gen.status = "running"
+            for piece in call:
+                gen.pieces.append(piece)
+                on_piece(gen, piece)
+            if call.cancelled:
+                raise Cancelled("stopped")
         gen.status = "done"
+        if call.cut_off:
+            gen.cut_at = request.num_predict
     except Cancelled:
         gen.status = "interrupted" if gen.interrupted else "stopped"
     except ModelError as exc:
@@ -90,6 +94,5 @@ def _read(calls: ModelCalls, gen: Generation, request: Request, on_piece) -> Non
         gen.error, gen.status = ModelError(f"Unexpected failure: {exc}"), "error"
         log.exception("reply for %s crashed", gen.session)
     finally:
-        if stream is not None:
-            gen.usage = stream.usage
-            gen.warning = calls.close(gen, stream, request)
+        if call is not None:
+            gen.usage, gen.warning = call.usage, call.warning

@@ -64,5 +64,7 @@ def status_for(svc, session: Session, model: str) -> dict:
     fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
                 prepare.history_turns(session.turns))
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
-                  low=budget.low, components=dict(budget.components))
+                  low=budget.low, components=dict(budget.components),
+                  reply_cap=min(svc.config.chat.reply_tokens,
+                                budget.components.get("reply", 0) + max(0, budget.remaining)))
     return status

@@ -213,8 +213,31 @@ def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
     return Outcome(session, index, turn, turn.model, error=(exc.kind, str(exc)))
 
 
-def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared) -> None:
-    """Generate in the background; write the reply into the turn when it ends."""
+def continue_reply(svc, name: str, turn: int) -> Outcome:
+    """Ask for the rest of the last reply, cut at its cap: the model sees the reply so far and is
+    asked to go on; what it writes is appended to the same reply (the turn is rewritten once, when
+    the continuation ends, without its "cut" note, or with a new one if it is cut again)."""
+    with svc.store.lock(name):
+        svc.activities.check_free(name)
+        session = svc.store.load(name)
+        if turn != len(session.turns) - 1:
+            raise Conflict("Only the last reply can be continued; this one is no longer the last.")
+        cut = session.turns[turn]
+        if cut.reply is None or not notes.read(cut.notes).cut:
+            raise Conflict("This reply was not cut at its cap: there is nothing to continue.")
+        model = session_model(svc, session)
+        prepared = prepare.continue_request(svc, session.turns, turn, model)
+        base = fountain.Turn(when=cut.when, user_text=cut.user_text, model=cut.model,
+                             notes=[n for n in cut.notes if not notes.is_cut(n)])
+        gen = Generation(svc.activities.new_id(), name, turn, model)
+        svc.activities.begin(name, "reply", turn, gen)
+    _start_reply(svc, gen, base, prepared, prefix=cut.reply)
+    return Outcome(session, turn, cut, model, reply=gen)
+
+
+def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared, prefix: str = "") -> None:
+    """Generate in the background; write the reply into the turn when it ends.  ``prefix``: the
+    reply so far that this one continues (shown first, recorded with what follows)."""
     rendering, last_block = MarkdownStream(f"reply-text-{gen.turn}"), [0]
 
     def on_piece(gen: Generation, piece: str) -> None:
@@ -230,6 +253,8 @@ def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Pr
             done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
         else:
             done_notes = prepare.reply_notes(gen.status, gen.error)
+        if gen.cut_at and gen.status == "done":
+            done_notes.append(notes.cut(gen.cut_at))
         if gen.warning:
             done_notes.append(notes.notice(gen.warning))
         done = prepare.finished_turn(turn, gen.text, gen.usage, svc.store.backend, gen.model, done_notes)
@@ -239,6 +264,9 @@ def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Pr
             log.exception("the reply of turn %d in %s could not be recorded", gen.turn + 1, gen.session)
 
     request = prepared.request()
+    if prefix:
+        gen.pieces.append(prefix)
+        on_piece(gen, prefix)
     svc.worker.run(gen, lambda: replies.run(svc.calls, gen, request, on_piece, record), name=f"reply-{gen.session}")
 
 

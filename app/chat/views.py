@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
+from markupsafe import escape
 
 from ..errors import Busy, Conflict, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
@@ -154,6 +155,24 @@ def regenerate(name: str, turn: int):
         return _busy_card(name, exc)
     except Conflict as exc:
         abort(409, description=str(exc))
+
+
+@bp.post("/s/<name>/turns/<int:turn>/continue")
+def continue_reply(name: str, turn: int):
+    """Ask for the rest of the last reply, cut at its cap; it streams into the same turn.  A refusal
+    (busy, not the last turn, no room left in the window) is said below the conversation: the turn
+    the button targets stays as it is."""
+    _load(name)
+    below = {"HX-Retarget": "#conversation", "HX-Reswap": "beforeend"}
+    try:
+        outcome = turns.continue_reply(services(), name, turn)
+    except Busy as exc:
+        html, status = _busy_card(name, exc)
+        return Response(html, status=status, headers=below)
+    except HarveyError as exc:
+        log.info("continue in %s refused (%s): %s", name, exc.kind, exc)
+        return Response(f'<p class="flash error" role="alert">{escape(str(exc))}</p>', status=409, headers=below)
+    return _render(outcome)
 
 
 @bp.post("/s/<name>/compact")

@@ -160,19 +160,48 @@ class ChatStream(ABC):
         """Close the connection (once, after the last read, whatever the outcome)."""
 
 
+class Embedding:
+    """One embedding call, made by ``run()``; ``cancel()`` from any thread ends it with ``Cancelled``
+    (a Stop while the question is embedded: an embedding model loading on a Pi takes minutes)."""
+
+    def __init__(self, call) -> None:
+        self._call = call
+        self.cancelled = False
+
+    def run(self) -> list[list[float]]:
+        if self.cancelled:
+            raise Cancelled("The embedding was stopped.")
+        try:
+            return self._call()
+        except Exception:
+            if self.cancelled:
+                raise Cancelled("The embedding was stopped.") from None
+            raise
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._interrupt()
+
+    def _interrupt(self) -> None:
+        """Wake the thread in ``run`` (nothing to do here: it ends when its call returns)."""
+
+
 class ModelServer(ABC):
     """One model server. Thread-safe; the app shares one (``Services.models``).
 
     The caches live here, so every kind of server gets them: ``facts`` per model (a model's
-    window does not change while it is installed) and ``models`` for a few seconds (a page
-    asks two or three times; a failure is never kept, so a server coming up is seen at once).
+    window does not change while it is installed; a server whose window is a start-up flag
+    sets ``facts_max_age``) and ``models`` for a few seconds (a page asks two or three times;
+    a failure is never kept, so a server coming up is seen at once). ``forget`` drops them
+    all: the server went away, so what comes back may be another start with other flags.
     """
 
     name = "model server"
+    facts_max_age: float | None = None      # seconds a model's facts are kept (None: while the process runs)
 
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
-        self._facts: dict[str, ModelFacts] = {}
+        self._facts: dict[str, tuple[float, ModelFacts]] = {}
         self._models: tuple[float, list[str]] | None = None
         self._cache_lock = threading.Lock()
 
@@ -204,6 +233,11 @@ class ModelServer(ABC):
     def embed(self, model: str, texts: str | list[str]) -> list[list[float]]:
         """One embedding vector per text."""
 
+    def embedding(self, model: str, texts: str | list[str]) -> "Embedding":
+        """An embedding call that another thread can cut (``Embedding.cancel``), made by ``run()``.
+        This default cannot be cut once it runs; the HTTP servers override it."""
+        return Embedding(lambda: self.embed(model, texts))
+
     @abstractmethod
     def is_up(self, timeout: float = 2.0) -> bool:
         """Whether the server answers right now (never raises)."""
@@ -228,14 +262,22 @@ class ModelServer(ABC):
         return text, stream.usage
 
     def facts(self, model: str) -> ModelFacts:
-        """Facts about a model, asked once per model name."""
+        """Facts about a model, asked once per model name (again after ``facts_max_age`` or a ``forget``)."""
         with self._cache_lock:
-            if model in self._facts:
-                return self._facts[model]
+            kept = self._facts.get(model)
+        if kept is not None and (self.facts_max_age is None or time.monotonic() - kept[0] < self.facts_max_age):
+            return kept[1]
         facts = self._fetch_facts(model)
         with self._cache_lock:
-            self._facts[model] = facts
+            self._facts[model] = (time.monotonic(), facts)
         return facts
+
+    def forget(self) -> None:
+        """Drop every cached answer (the server was lost: it may come back restarted, with another
+        window); the next question asks the server."""
+        with self._cache_lock:
+            self._facts.clear()
+        self._models = None
 
     def window(self, model: str) -> int | None:
         """The largest window the server allows for the model (None: it does not say)."""

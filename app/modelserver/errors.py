@@ -10,8 +10,9 @@ and ``transient``, "trying again later can help") and never by a server's error 
     ├── ModelNotFound      404 for the model; the message says how to install it
     ├── ContextExceeded    the server refused the prompt as longer than the window
     ├── FormatRefused      the server refused the JSON schema (``format``) of the request
-    ├── StreamBroken       an error line or a dropped connection mid-reply   transient
+    ├── StreamBroken       the connection dropped mid-reply (the server is lost) transient
     ├── ServerError        any other non-200 answer (``.http_status``)        transient for 429/502/503/504
+    │   └── ModelFailed    the server's own error inside a reply stream (its runner failed on this input)
     └── Cancelled          the call was stopped by ``ChatStream.cancel()``
 """
 
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 from ..errors import ModelError
 
-# Answers that say "busy, away or restarting, ask again": worth a pause and a retry. Not 500:
-# Ollama answers 500 when the model runner crashed on this request (out of memory on a Pi, say),
-# which the same request tends to repeat; the analysis worker retries it once and records the
-# chunk as failed instead of pausing the whole job as if the server were away.
+# Answers that say "busy, away or restarting, ask again": worth a pause and a retry. Not 500, nor
+# an error inside the stream (``ModelFailed``): Ollama answers so when the model runner crashed on
+# this request (out of memory on a Pi, say), which the same request tends to repeat. They are the
+# server's own answer: the analysis worker sends the chunk once more (one pause, then one retry),
+# then records the chunk as failed (its lines named unread) and goes on, instead of pausing the
+# whole job as if the server were away (``app.analysis.execute.answered``).
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
@@ -65,7 +68,7 @@ class FormatRefused(ModelError):
 
 
 class StreamBroken(ModelError):
-    """The reply broke off: the server sent an error line, or the connection dropped mid-reply."""
+    """The reply broke off: the connection dropped mid-reply, or the body ended without the reply's end."""
 
     kind = "stream_error"
     transient = True
@@ -84,6 +87,17 @@ class ServerError(ModelError):
         super().__init__(message)
         self.http_status = http_status
         self.transient = http_status in TRANSIENT_STATUSES
+
+
+class ModelFailed(ServerError):
+    """The server answered, inside the reply's stream, with its own error (Ollama's ``{"error": ...}``
+    line, an OpenAI-compatible server's ``error`` event): the runner failed on this input. It is an
+    answer, not a lost server (``StreamBroken``): the connection was fine and the server is there."""
+
+    kind = "model_failed"
+
+    def __init__(self, message: str):
+        super().__init__(message, http_status=None)
 
 
 class Cancelled(ModelError):

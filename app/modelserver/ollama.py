@@ -22,7 +22,7 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .errors import (ContextExceeded, FormatRefused, ModelNotFound, ServerError, StreamBroken, Timeout,
+from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
                      Unreachable)
 from .transport import CallStream, HttpServer
 
@@ -74,9 +74,13 @@ class OllamaServer(HttpServer):
         """``/api/embed``, one vector per text, with ``truncate: false``: Ollama otherwise cuts a text
         longer than the model reads without a word, so a fact past the cut could never be found; an
         over-long text is ``ContextExceeded`` instead (the indexer sends it again as halves)."""
-        response = self._request("POST", "/api/embed", json={"model": model, "input": texts, "truncate": False})
+        response = self._request("POST", "/api/embed", json=_embed_body(model, texts))
         _raise_for(response, model=model)
         return response.json()["embeddings"]
+
+    def embedding(self, model: str, texts: str | list[str]):
+        """The same request as ``embed``, on a connection a cancel cuts (the question of a Stop-able job)."""
+        return self._embedding("/api/embed", _embed_body(model, texts), lambda response: response.json()["embeddings"])
 
     # -- chat -------------------------------------------------------------------------
 
@@ -107,8 +111,8 @@ class OllamaChatStream(CallStream):
         """Send, then yield each line's text; the ``done`` line's counts become ``usage``."""
         self._open("/api/chat")
         for obj in self._objects():
-            if "error" in obj:
-                raise _error_from_text(str(obj["error"]), StreamBroken)
+            if "error" in obj:          # the server's own answer (its runner failed), not a lost line
+                raise _error_from_text(str(obj["error"]), ModelFailed)
             piece = (obj.get("message") or {}).get("content") or ""
             if piece:
                 yield piece
@@ -127,6 +131,10 @@ class OllamaChatStream(CallStream):
 
 
 # -- Ollama's answers into neutral words --------------------------------------------------
+
+def _embed_body(model: str, texts: str | list[str]) -> dict:
+    return {"model": model, "input": texts, "truncate": False}
+
 
 def _usage(done: dict) -> Usage:
     """The final ``done: true`` object's counts (durations in nanoseconds)."""

@@ -30,7 +30,7 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .errors import (ContextExceeded, FormatRefused, ModelNotFound, ServerError, StreamBroken, Timeout,
+from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
                      Unreachable)
 from .transport import CallStream, HttpServer
 
@@ -40,16 +40,21 @@ CHAT = "/v1/chat/completions"
 CONTEXT_WORDS = ("exceed_context_size", "n_ctx", "exceeds the context", "exceeds the available context",
                  "context length", "context size", "context window")
 FORMAT_WORDS = ("response_format", "json_schema", "schema", "grammar")
+# The window is a start-up flag of these servers (llama-server's -c and -np, vLLM's --max-model-len):
+# a restart with other flags changes it. What /props and /v1/models said is kept this long, and
+# dropped at once when the server is lost (``ModelServer.forget``) or refuses a prompt for its window.
+PROPS_MAX_AGE_S = 300.0
 
 
 class OpenAIServer(HttpServer):
     """Talks to one OpenAI-compatible server. Thread-safe; share one per app."""
 
     name = "OpenAI-compatible server"
+    facts_max_age = PROPS_MAX_AGE_S
 
     def __init__(self, url: str, connect_timeout: float = 3.0, read_timeout: float = 600.0):
         super().__init__(url, connect_timeout, read_timeout)
-        self._props: dict | None = None         # llama-server's /props, once ({}: the server has none)
+        self._props: tuple[float, dict] | None = None   # llama-server's /props and when ({}: it has none)
         self._tokenize: bool | None = None      # whether /tokenize exists (None: not asked yet)
         self._probe_lock = threading.Lock()
 
@@ -97,12 +102,14 @@ class OpenAIServer(HttpServer):
         return ModelFacts(name=model, context_length=window)
 
     def _server_props(self) -> dict:
-        """What the app uses of llama-server's ``/props``, asked once: ``n_ctx`` (per slot) and
-        ``build_info``; ``{}`` where the server has no such endpoint (vLLM). A server still loading
-        (503) raises, so nothing is kept and the next call asks again."""
+        """What the app uses of llama-server's ``/props``: ``n_ctx`` (per slot) and ``build_info``;
+        ``{}`` where the server has no such endpoint (vLLM). Kept for ``PROPS_MAX_AGE_S`` and until
+        the server is lost (``forget``). A server still loading (503) raises, so nothing is kept
+        and the next call asks again."""
         with self._probe_lock:
-            if self._props is not None:
-                return self._props
+            kept = self._props
+        if kept is not None and time.monotonic() - kept[0] < PROPS_MAX_AGE_S:
+            return kept[1]
         response = self._request("GET", "/props", timeout=10.0)
         if response.status_code in (404, 405, 501):
             props = {}
@@ -111,15 +118,24 @@ class OpenAIServer(HttpServer):
             data = _json(response)
             props = {"n_ctx": _slot_context(data), "build_info": data.get("build_info", "")}
         with self._probe_lock:
-            self._props = props
+            self._props = (time.monotonic(), props)
         return props
+
+    def forget(self) -> None:
+        """Drop ``/props`` with the other answers: a server that comes back may serve another window."""
+        with self._probe_lock:
+            self._props = None
+        super().forget()
 
     def embed(self, model: str, texts: str | list[str]) -> list[list[float]]:
         """``/v1/embeddings``, one vector per text, in the order given."""
         response = self._request("POST", "/v1/embeddings", json={"model": model, "input": texts})
         self._raise_for(response, model=model)
-        rows = sorted(_json(response).get("data", []), key=lambda row: row.get("index", 0))
-        return [row["embedding"] for row in rows]
+        return _vectors(response)
+
+    def embedding(self, model: str, texts: str | list[str]):
+        """The same request as ``embed``, on a connection a cancel cuts (the question of a Stop-able job)."""
+        return self._embedding("/v1/embeddings", {"model": model, "input": texts}, _vectors)
 
     def count_tokens(self, model: str, text: str) -> int | None:
         """llama-server's exact count (``/tokenize``); None where the server has no such endpoint."""
@@ -172,11 +188,20 @@ class OpenAIChatStream(CallStream):
         self._num_ctx = num_ctx
 
     def _read(self) -> Iterator[str]:
-        """Check the window, send, then yield each event's text; ``[DONE]`` ends it and sets ``usage``."""
+        """Check the window, send, then yield each event's text; ``[DONE]`` ends it and sets ``usage``.
+
+        Some servers end the body without ``[DONE]`` (llama.cpp's server before PR #9459,
+        ik_llama.cpp, llama-box: all run on a Pi): a body that ends cleanly after a
+        ``finish_reason`` or a ``usage`` is a whole reply too. Only a body that ends before
+        either (or a connection cut) is ``StreamBroken``."""
         self._server.check_window(self._body["model"], self._num_ctx)
         started = time.monotonic()
         first: float | None = None
-        self._open(CHAT)
+        try:
+            self._open(CHAT)
+        except ContextExceeded:
+            self._server.forget()       # refused for its window: ask the window again next time
+            raise
         tally = _Tally()
         for event in self._events():
             if event is None:                           # data: [DONE]
@@ -186,6 +211,9 @@ class OpenAIChatStream(CallStream):
             if piece:
                 first = first or time.monotonic()
                 yield piece
+        if tally.ended:         # a clean end of the body after finish_reason or usage: the reply's end
+            self.usage = tally.usage(started, first, time.monotonic())   # (servers without [DONE])
+            return
         raise StreamBroken(f"The model's reply broke off: {self._server} closed the connection before the end.")
 
     def _events(self) -> Iterator[dict | None]:
@@ -202,7 +230,7 @@ class OpenAIChatStream(CallStream):
             except json.JSONDecodeError:
                 raise StreamBroken(f"{self._server.name} sent an event that is not JSON: {data[:80]!r}") from None
             if isinstance(event, dict) and event.get("error"):
-                raise _error_from(_detail(event), StreamBroken, server=self._server)
+                raise _error_from(_detail(event), ModelFailed, server=self._server)   # its answer, not a lost line
             if isinstance(event, dict):
                 yield event
 
@@ -214,6 +242,11 @@ class _Tally:
         self.finish = ""
         self.counts: dict = {}
         self.timings: dict = {}
+
+    @property
+    def ended(self) -> bool:
+        """The server said the reply is over (a finish reason, or the usage sent after it)."""
+        return bool(self.finish or self.counts)
 
     def add(self, event: dict) -> str:
         """Take one event's facts in; return its text piece ("" if none)."""
@@ -243,6 +276,12 @@ class _Tally:
 
 
 # -- the dialect's answers into neutral words --------------------------------------------------
+
+def _vectors(response: httpx.Response) -> list[list[float]]:
+    """``/v1/embeddings``'s vectors in the order of the texts sent."""
+    rows = sorted(_json(response).get("data", []), key=lambda row: row.get("index", 0))
+    return [row["embedding"] for row in rows]
+
 
 def _response_format(format: dict | str) -> dict:
     """``format`` (a JSON schema, or "json") as ``response_format``."""

@@ -20,7 +20,7 @@ from typing import Iterator
 import httpcore
 import httpx
 
-from .base import ChatStream, ModelServer
+from .base import ChatStream, Embedding, ModelServer
 from .errors import StreamBroken, Timeout, Unreachable
 
 # Transport failures, as httpx (the pooled client) and httpcore (a chat's own connection) raise them.
@@ -58,10 +58,12 @@ class HttpServer(ModelServer):
         try:
             return self._http.request(method, path, timeout=t, **kwargs)
         except CONNECT_FAILED:
+            self.forget()
             raise self._unreachable() from None
         except TIMED_OUT:
             raise Timeout(f"{self} did not answer in time.") from None
         except TRANSPORT_FAILED as exc:
+            self.forget()
             raise Unreachable(f"Cannot reach {self}: {exc}") from None
 
     def _unreachable(self) -> Unreachable:
@@ -74,10 +76,12 @@ class HttpServer(ModelServer):
         try:
             response = self._chat_http.send(request, stream=True)
         except CONNECT_FAILED:
+            self.forget()           # it may come back restarted, with another window
             raise self._unreachable() from None
         except TIMED_OUT:
             raise Timeout(f"{self} did not start answering in time.") from None
         except TRANSPORT_FAILED as exc:
+            self.forget()
             raise StreamBroken(f"The connection to {self} failed: {exc}") from None
         if response.status_code != 200:
             try:
@@ -88,6 +92,35 @@ class HttpServer(ModelServer):
                 response.close()
             self._raise_for(response, model=body.get("model"))
         return response
+
+
+    def _embedding(self, path: str, body: dict, parse) -> Embedding:
+        """An embedding request on a connection of its own, which ``cancel()`` cuts (as a chat's)."""
+        return LineEmbedding(self, path, body, parse)
+
+
+class LineEmbedding(Embedding):
+    """An embedding call on its own ``Line``: a cancel shuts its socket, and the waiting read ends."""
+
+    def __init__(self, server: HttpServer, path: str, body: dict, parse) -> None:
+        self._line = Line()
+        super().__init__(lambda: self._post(server, path, body, parse))
+
+    def _post(self, server: HttpServer, path: str, body: dict, parse) -> list[list[float]]:
+        response = server._send_chat(path, body, self._line)
+        try:
+            response.read()
+        except TIMED_OUT:
+            raise Timeout(f"{server} did not finish the embedding in time.") from None
+        except TRANSPORT_FAILED as exc:
+            raise StreamBroken(f"The connection to {server} dropped during the embedding: {exc}") from None
+        finally:
+            response.close()
+            self._line.cut()
+        return parse(response)
+
+    def _interrupt(self) -> None:
+        self._line.cut()
 
 
 class CallStream(ChatStream):

@@ -24,6 +24,19 @@ def stopped() -> str:
     return STOPPED
 
 
+CUT = "reply: cut at"
+_CUT = re.compile(r"reply: cut at (\d+) tokens")
+
+
+def cut(tokens: int) -> str:
+    """A reply that ended at its cap (``num_predict``), not by itself: its end is missing (Continue asks for it)."""
+    return f"{CUT} {tokens} tokens (its cap): the model had more to write"
+
+
+def is_cut(note: str) -> bool:
+    return _body(note).startswith(CUT)
+
+
 def error(kind: str, detail: str) -> str:
     """A reply that failed: the error card's kind and its text, on one line."""
     return f"reply: error: {kind} — {' '.join(str(detail).split())}"
@@ -129,6 +142,7 @@ class Read:
     compacted: int | None = None
     declined: bool = False
     files: list[tuple[str, int]] = field(default_factory=list)   # (name, tokens) a message included
+    cut: int = 0                              # the reply ended at its cap of this many tokens (0: not cut)
 
 
 def read(notes: list[str]) -> Read:
@@ -138,6 +152,8 @@ def read(notes: list[str]) -> Read:
         body = _body(note)
         if body.startswith("reply: stopped"):
             out.stopped = True
+        elif (found := _CUT.match(body)) is not None:
+            out.cut = int(found.group(1))
         elif body.startswith(INTERRUPTED):
             out.interrupted = body.removeprefix(INTERRUPTED).lstrip(" —-").strip() or "the server stopped"
         elif body.startswith("reply: error:"):

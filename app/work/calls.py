@@ -6,15 +6,28 @@ ever cuts the start of a prompt to make room for a long answer (Ollama's
 context shift does that silently).  The call is attached to its activity, so a
 Stop cancels it at any stage; when it ends, the calibration learns from the
 server's own counts and the usage is handed back in neutral terms.
+
+``with calls.stream(activity, request) as call:`` is the way to make one, and its
+end is the one place that decides what became of it (``Call.outcome``): complete,
+cut at its cap (the server said its reply budget ran out: ``Usage.cut_off``),
+stopped, the server's own error (an answer: it is there), or the server lost (the
+connection refused or cut: worth waiting for).  ``text`` is the same for a whole
+reply at once.  The question of a retrieval answer is embedded through ``embed``,
+attached the same way, so a Stop cuts it too.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..budget import Calibration, estimate_messages
+from ..errors import ModelError
 from ..modelserver import Cancelled, ChatStream, ContextExceeded, ModelServer, Usage
 from .activity import Activity
+
+COMPLETE, CUT, STOPPED, FAILED, LOST = "complete", "cut", "stopped", "failed", "lost"
 
 MIN_REPLY_TOKENS = 16      # a reply that cannot have even this much room is refused, not started
 
@@ -35,6 +48,47 @@ class Request:
     @property
     def estimate(self) -> int:
         return self.tokens if self.tokens is not None else estimate_messages(self.messages, self.bytes_per_token)
+
+
+class Call:
+    """One call in flight (iterate it for the reply's pieces) and, once its ``with`` ended, its outcome."""
+
+    def __init__(self, request: Request, stream: ChatStream):
+        self.request, self._stream = request, stream
+        self.outcome = ""               # COMPLETE | CUT | STOPPED | FAILED | LOST, set at the end
+        self.error: ModelError | None = None
+        self.warning = ""               # what the calibration noticed about the server's counts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stream)
+
+    @property
+    def text(self) -> str:
+        return self._stream.text
+
+    @property
+    def usage(self) -> Usage | None:
+        return self._stream.usage
+
+    @property
+    def cancelled(self) -> bool:
+        return self._stream.cancelled
+
+    @property
+    def cut_off(self) -> bool:
+        """The reply ended at its cap (``num_predict``), not by itself: it says so, and may be continued."""
+        return self.outcome == CUT
+
+
+def outcome_of(stream: ChatStream, error: BaseException | None) -> str:
+    """What became of a call that ended (the one rule every kind of model work reads)."""
+    if stream.cancelled or isinstance(error, Cancelled):
+        return STOPPED
+    if error is not None:
+        return LOST if getattr(error, "transient", False) else FAILED
+    if stream.usage is None:
+        return STOPPED                  # the caller left before the end: the call was cut off by us
+    return CUT if stream.usage.cut_off else COMPLETE
 
 
 class ModelCalls:
@@ -72,14 +126,40 @@ class ModelCalls:
         return self.calibration.observe(request.model, request.messages, stream.usage, kind=request.kind,
                                         num_predict=request.num_predict) or ""
 
-    def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
-        """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop."""
-        stream = self.open(activity, request)
+    @contextmanager
+    def stream(self, activity: Activity, request: Request, fit_reply: bool = False) -> Iterator[Call]:
+        """``with calls.stream(activity, request) as call:`` one call, checked before sending (``open``),
+        ended here whatever happens: detached from the activity, its connection closed, the
+        calibration taught from its counts, and ``call.outcome`` decided (``outcome_of``)."""
+        stream = self.open(activity, request, fit_reply=fit_reply)
+        call = Call(request, stream)
+        error: BaseException | None = None
         try:
-            text = "".join(stream)
+            yield call
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            activity.detach(stream)
-        if stream.cancelled:
-            raise Cancelled("The call was stopped.")
-        self.close(activity, stream, request)
-        return text.strip(), stream.usage
+            if stream.usage is None and not stream.cancelled:
+                stream.cancel()             # left before the end: free the connection (the server stops)
+            call.outcome = outcome_of(stream, error)
+            call.error = error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
+            call.warning = self.close(activity, stream, request)
+
+    def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
+        """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop.
+        ``usage.cut_off`` says the reply ended at its cap."""
+        with self.stream(activity, request) as call:
+            text = "".join(call)
+            if call.cancelled:
+                raise Cancelled("The call was stopped.")
+        return text.strip(), call.usage
+
+    def embed(self, activity, model: str, texts: str | list[str]) -> list[list[float]]:
+        """Embed ``texts`` as a call of ``activity``: a Stop cuts it at any stage (``Cancelled``)."""
+        call = self.server.embedding(model, texts)
+        activity.attach(call)
+        try:
+            return call.run()
+        finally:
+            activity.detach(call)
