@@ -237,7 +237,7 @@ def cmd_check(config: Config, args) -> int:
     for name in models:
         try:
             trained = server.window(name)
-            fit = server.memory_fit(name)
+            fit = server.memory_fit(name, ask_loaded=True)
             window, why = window_limit(config, name, trained, fit.cap if fit else None)
             marker = "*" if name == config.ollama.model else " "
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}"

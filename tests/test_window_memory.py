@@ -328,6 +328,14 @@ def test_harvey_check_prints_the_figures(tmp_path, scripted, capsys, no_ollama_e
                    "slots 4 (ollama.parallel)", "memory 8.00 GiB (ollama.server_memory), reserve 1.20 GiB",
                    "largest window that fits: 4,352 tokens"):
         assert figure in out
+    # loaded (by an earlier run) with 512 MiB more than estimated: check reads /api/ps and says so
+    scripted.loaded["llama3.1:8b"] = 4352
+    scripted.loaded_size = lambda model, num_ctx: LLAMA31_8B_WEIGHTS + 4 * 128 * KiB * num_ctx + GiB // 2
+    assert cmd_check(config, None) == 0
+    out = capsys.readouterr().out
+    # (7,301,444,404 - 4,920,753,328 - 536,870,912) / 524,288 = 3,516 -> 3,328
+    assert "measured: the loaded model took 512 MiB more than estimated at a 4,352-token window" in out
+    assert "window used (num_ctx) 3328 (memory limits it)" in out
     # the scripted models without layer facts: no figures, the window as before
     assert re.search(r"tiny:1b: trained context 8192, window used \(num_ctx\) 8192\n", out)
 

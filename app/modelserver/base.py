@@ -268,13 +268,14 @@ class ModelServer(ABC):
 
     # -- the window that fits the machine (issue 31) -----------------------------------
 
-    def memory_fit(self, model: str) -> MemoryFit | None:
+    def memory_fit(self, model: str, ask_loaded: bool = False) -> MemoryFit | None:
         """The largest window the server's machine holds for ``model``, with its figures; None where
         that is not known (no machine figures, a server that does not describe the layers).
 
-        After a reply has finished on the model (``_reply_done``) the first call asks the server once
-        what the loaded model really takes (no polling) and keeps any excess over the estimate,
-        which only ever shrinks the window. Errors of those two lookups are logged, not raised.
+        After a reply has finished on the model (``_reply_done``), or when ``ask_loaded`` (``harvey
+        check``), the first call asks the server once what the loaded model really takes (no polling)
+        and keeps any excess over the estimate, which only ever shrinks the window. Errors of those
+        two lookups are logged, not raised.
         """
         machine = self.machine
         if machine is None or machine.usable is None:
@@ -285,6 +286,8 @@ class ModelServer(ABC):
         weights = self._weights_of(model)
         if weights is None:
             return None
+        if ask_loaded:
+            self._reply_done(model)
         self._look_at_loaded(model, shape, weights, machine)
         with self._cache_lock:
             measured = tuple((extra, at) for at, extra in sorted(self._measured.get(model, {}).items()))
