@@ -348,3 +348,12 @@ def test_connect_reads_the_settings_for_ollama_only(tmp_path, no_ollama_env):
     assert openai.machine is None and openai.memory_window("any") is None
     native.close()
     openai.close()
+
+
+def test_a_message_longer_than_the_memory_allows_is_refused_saying_so(tmp_path, scripted, make_live,
+                                                                      no_ollama_env):
+    live = live_with(tmp_path, scripted, make_live, "llama3.1:8b", "8G", 4)
+    name = live.open_session()
+    response = live.post(f"/s/{name}/messages", data={"message": "word " * 4000})   # 20,000 bytes: 5,000+ tokens
+    assert "fit in this model&#39;s window of 4,352 (all the model server&#39;s memory holds)" in response.text
+    assert scripted.chats() == []                        # nothing sent

@@ -222,8 +222,9 @@ def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:
     room = budget.effective - fixed
     needed = estimate if estimate is not None else budget.used - fixed
     if needed > room:
+        held = " (all the model server's memory holds)" if budget.limited_by == "memory" else ""
         raise TurnRefused("too_long", f"This message needs about {needed:,} tokens; with room for the reply, "
-                                      f"at most {room:,} fit in this model's window of {budget.window:,}.")
+                                      f"at most {room:,} fit in this model's window of {budget.window:,}{held}.")
 
 
 def _add_files(svc, prepared: Prepared, text: str) -> None:
