@@ -63,13 +63,25 @@ def observed_bpt(messages: list[dict], prompt_tokens: int | None) -> float | Non
     return min(MAX_BPT, max(MIN_BPT, size / content_tokens))
 
 
-def context_window(config: Config, model: str, trained: int | None) -> int:
-    """The window sent as num_ctx: configured, else min(trained, default)."""
+def context_window(config: Config, model: str, trained: int | None, memory: int | None = None) -> int:
+    """The window sent as num_ctx: configured, else min(trained, default); never more than
+    ``memory``, the largest window the model server's machine holds (``ModelServer.memory_window``)."""
+    return window_limit(config, model, trained, memory)[0]
+
+
+def window_limit(config: Config, model: str, trained: int | None,
+                 memory: int | None = None) -> tuple[int, str]:
+    """The window and what sets it: "configured", "trained", "default" or "memory" (the status
+    line says so when it is the memory, not the model)."""
     configured = config.model(model).context_window
-    if configured:
-        return configured
     default = config.ollama.default_context_window
-    return min(trained, default) if trained else default
+    if configured:
+        window, why = configured, "configured"
+    elif trained and trained < default:
+        window, why = trained, "trained"
+    else:
+        window, why = default, "default"
+    return (memory, "memory") if memory is not None and memory < window else (window, why)
 
 
 @dataclass
@@ -82,6 +94,7 @@ class Budget:
     bytes_per_token: float
     components: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)   # what did not fit, in words
+    limited_by: str = ""             # what sets the window (``window_limit``): "memory" is said on the page
 
     @property
     def used(self) -> int:
@@ -111,11 +124,13 @@ class Budget:
         return estimate_tokens(text, self.bytes_per_token)
 
 
-def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float) -> Budget:
-    """A budget with the fixed reservations (reply, safety margin) taken."""
-    window = context_window(config, model, trained)
+def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float,
+               memory: int | None = None) -> Budget:
+    """A budget with the fixed reservations (reply, safety margin) taken; ``memory``: the largest
+    window the server's machine holds (None: no cap known)."""
+    window, why = window_limit(config, model, trained, memory)
     effective = min(config.model(model).effective_context or window, window)
-    budget = Budget(model, window, effective, bytes_per_token)
+    budget = Budget(model, window, effective, bytes_per_token, limited_by=why)
     budget.components["reply"] = min(config.budget.reply_tokens, effective // 4)
     budget.components["margin"] = math.ceil(config.budget.safety_margin * effective)
     return budget

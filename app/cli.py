@@ -208,12 +208,14 @@ def _version() -> str:
 def cmd_check(config: Config, args) -> int:
     """Print what is configured, what the model server has, and what is wrong."""
     from .auth import proxy_problems
-    from .budget import context_window
+    from .budget import window_limit
     from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
     print(f"ollama: {config.ollama.url}")
     server = connect(config, read_timeout=30)
+    if server.machine is not None and server.machine.memory is None:
+        print(f"memory: {server.machine.memory_source} (no cap on the window)")
     problems = proxy_problems(config) if config.auth == "auto" else []
     try:
         models = server.models()
@@ -224,9 +226,13 @@ def cmd_check(config: Config, args) -> int:
     for name in models:
         try:
             trained = server.window(name)
-            window = context_window(config, name, trained)
+            fit = server.memory_fit(name, ask_loaded=True)
+            window, why = window_limit(config, name, trained, fit.cap if fit else None)
             marker = "*" if name == config.ollama.model else " "
-            print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")
+            print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}"
+                  + (" (memory limits it)" if why == "memory" else ""))
+            for line in fit.lines() if fit else []:
+                print(f"    {line}")
         except ModelError as exc:
             problems.append(f"{name}: {exc}")
     if config.ollama.model not in models:

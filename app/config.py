@@ -45,6 +45,11 @@ class OllamaConfig:
     # Calls the server answers at once: an analysis keeps this many map calls in flight. 1 on a
     # Pi; match OLLAMA_NUM_PARALLEL, llama-server's -np, or the boxes behind a balancer.
     parallel: int = 1
+    # The window is never larger than the model server's machine holds (app/modelserver/memory.py):
+    # its memory ("8G"; empty: this machine's MemTotal when url is loopback, else not known, so no
+    # cap) and the KV cache type Ollama uses (empty: OLLAMA_KV_CACHE_TYPE when local, else f16).
+    server_memory: str = ""
+    kv_cache_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,17 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("timeout_s", "a positive number of seconds", obj.timeout_s)
         if obj.parallel < 1:
             raise bad("parallel", "a whole number of at least 1", obj.parallel)
+        if obj.server_memory:
+            from .modelserver.memory import parse_size
+            try:
+                parse_size(obj.server_memory)
+            except ValueError:
+                raise bad("server_memory", "a size such as 8G, 8GiB, 8000MB or a number of bytes",
+                          obj.server_memory) from None
+        if obj.kv_cache_type:
+            from .modelserver.memory import CACHE_BYTES
+            if obj.kv_cache_type.lower() not in CACHE_BYTES:
+                raise bad("kv_cache_type", f"one of {', '.join(CACHE_BYTES)}", obj.kv_cache_type)
 
 
 def _apply_env(config: Config, env) -> Config:

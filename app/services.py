@@ -56,7 +56,8 @@ class Services:
         svc.jobs = JobRunner(svc)
         chat = config.ollama.model          # seed 004's help asks the configured chat model
         chunk_help = ChunkHelp(llmhelp.Help.from_config(config.chunking), chat,
-                               window=lambda: context_window(config, chat, models.window(chat)),
+                               window=lambda: context_window(config, chat, models.window(chat),
+                                                             models.memory_window(chat)),
                                bytes_per_token=lambda: calibration.bytes_per_token(chat, conservative=True))
         svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval, calibration, svc.calls,
                               chunk_help)

@@ -16,6 +16,9 @@ refuse any chat that asks for a ``format``, as an older Ollama does.  ``honor_nu
 reply at ``options.num_predict`` and says ``done_reason: "length"``, as Ollama does; ``hold_embed``
 holds the embedding requests it picks until ``embed_release`` is set or the client hangs up
 (recorded as ``disconnected``).
+``model_info`` gives a model ``/api/show`` facts of a real one (block count, KV heads, sliding
+window), ``sizes`` its weights in ``/api/tags``, and ``/api/ps`` lists the models a chat has
+loaded with the window it used and ``loaded_size(model, num_ctx)`` bytes (default: the weights).
 
 Run by hand for a demo without any model::
 
@@ -167,6 +170,10 @@ class ScriptedOllama:
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
         self.hold_embed: Callable[[list[str]], bool] | None = None   # which embeds to hold (a model loading)
         self.embed_release = threading.Event()                        # lets every held embed answer
+        self.model_info: dict[str, dict] = {}   # per model: /api/show model_info keys (a real model's)
+        self.sizes: dict[str, int] = {}         # per model: /api/tags size in bytes (default 1)
+        self.loaded_size: Callable[[str, int], int] | None = None   # /api/ps size of a model at a num_ctx
+        self.loaded: dict[str, int] = {}        # model -> num_ctx of its last chat (what /api/ps lists)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -331,9 +338,16 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(200, {"version": "0.33.0-scripted"})
             if self.path == "/api/tags" and server.tags_delays:
                 time.sleep(server.tags_delays.pop(0))
-            if self.path in ("/api/tags", "/api/ps"):
-                models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c}
-                          for n, c in server.models.items()]
+            if self.path == "/api/tags":
+                models = [{"name": n, "model": n, "size": server.sizes.get(n, 1), "details": {"family": "llama"}}
+                          for n in server.models]
+                return self._json(200, {"models": models})
+            if self.path == "/api/ps":
+                with server._lock:
+                    loaded = dict(server.loaded)
+                models = [{"name": n, "model": n, "details": {"family": "llama"}, "size_vram": 0, "context_length": c,
+                           "size": server.loaded_size(n, c) if server.loaded_size else server.sizes.get(n, 1)}
+                          for n, c in loaded.items()]
                 return self._json(200, {"models": models})
             self._json(404, {"error": "not found"})
 
@@ -362,10 +376,10 @@ def _handler_for(server: ScriptedOllama):
             name = body.get("model")
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
-            self._json(200, {
-                "details": {"family": "llama", "parameter_size": "1B"},
-                "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
-            })
+            info = {"general.architecture": "llama", "llama.context_length": server.models[name]}
+            info.update(server.model_info.get(name, {}))
+            self._json(200, {"details": {"family": info["general.architecture"], "parameter_size": "1B"},
+                             "model_info": info})
 
         def _embed(self, body, rec: Recorded):
             if body.get("model") not in server.models:
@@ -414,6 +428,8 @@ def _handler_for(server: ScriptedOllama):
                 return self._json(400, {"error": "the input length exceeds the context length"})
             tokens = reply.prompt_eval_count or server.prompt_tokens(body)
             num_ctx = (body.get("options") or {}).get("num_ctx") or 4096
+            with server._lock:
+                server.loaded[name] = num_ctx          # Ollama (re)loads the model with this window
             if tokens > num_ctx and body.get("truncate") is False:
                 rec.refused = "context"
                 return self._json(400, {"error": "the input length exceeds the context length"})

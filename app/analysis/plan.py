@@ -32,7 +32,7 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     exactly when the run starts (``exact``), so a request never holds a huge text.
     """
     config = svc.config
-    window = context_window(config, model, svc.models.window(model))
+    window = context_window(config, model, svc.models.window(model), svc.models.memory_window(model))
     path = Workspace(config.workspace_path).resolve(file).path
     measured = chunking.measure(path)
     if measured.text_bytes > PLAN_READ_BYTES:

@@ -165,7 +165,8 @@ def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) 
     older = history[:-keep] if keep else history
     if not older:
         return None
-    budget = new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
+    budget = new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
+                        svc.models.memory_window(model))
     budget.components["reply"] = COMPACT_REPLY_TOKENS
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
@@ -213,7 +214,8 @@ def prepare_files(svc, text: str, model: str) -> Prepared:
     files it names, each file sized, read if it fits, or routed to the card.  It does not depend
     on the session, so ``turns.send`` runs it before taking the session's lock (issue 23)."""
     config = svc.config
-    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
+    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
+                        svc.models.memory_window(model))
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
     budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
@@ -252,8 +254,9 @@ def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:
     room = budget.effective - fixed
     needed = estimate if estimate is not None else budget.used - fixed
     if needed > room:
+        held = " (all the model server's memory holds)" if budget.limited_by == "memory" else ""
         raise TurnRefused("too_long", f"This message needs about {needed:,} tokens; with room for the reply, "
-                                      f"at most {room:,} fit in this model's window of {budget.window:,}.")
+                                      f"at most {room:,} fit in this model's window of {budget.window:,}{held}.")
 
 
 def _add_files(svc, prepared: Prepared, text: str) -> None:

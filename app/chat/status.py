@@ -54,17 +54,20 @@ def status_for(svc, session: Session, model: str) -> dict:
     """The status line: model, window, tokens free for the next message, by component."""
     status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "",
               "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
-              "samples": svc.calibration.samples(model)}
+              "samples": svc.calibration.samples(model), "limited_by": "", "memory": ""}
     try:
         facts = svc.models.facts(model)
+        fit = svc.models.memory_fit(model)
     except ModelError as exc:
         status["problem"] = str(exc)
         return status
-    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
+    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"],
+                        fit.cap if fit else None)
     fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
                 prepare.history_turns(session.turns))
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
-                  low=budget.low, components=dict(budget.components),
+                  low=budget.low, components=dict(budget.components), limited_by=budget.limited_by,
+                  memory="; ".join(fit.lines()) if fit else "",
                   reply_cap=min(svc.config.chat.reply_tokens,
                                 budget.components.get("reply", 0) + max(0, budget.remaining)))
     return status

@@ -32,6 +32,10 @@ def connect(config, *, connect_timeout: float | None = None, read_timeout: float
         from .openai import OpenAIServer
 
         return OpenAIServer(section.url, **timeouts)
+    from .memory import machine_for
     from .ollama import OllamaServer
 
-    return OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
+    server = OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
+    # Ollama takes whatever window the app sends, so the app keeps it to what the machine holds.
+    server.machine = machine_for(section.url, section.parallel, section.server_memory, section.kv_cache_type)
+    return server

@@ -25,13 +25,18 @@ The ``ChatStream`` contract, which Stop, Cancel and shutdown rely on:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..errors import ModelError
 from .errors import Cancelled
+from .memory import MEASURED_KEPT, KvShape, Machine, Measured, MemoryFit, excess, largest_window
+
+log = logging.getLogger(__name__)
 
 MODELS_MAX_AGE_S = 5.0
 
@@ -70,6 +75,7 @@ class ModelFacts:
     architecture: str = ""
     context_length: int | None = None   # the largest window the server allows, if it says (Ollama: the
     #                                     trained length; an OpenAI-compatible server: the window it serves)
+    kv: KvShape | None = None           # the KV cache's shape, where the server describes the layers
 
 
 class ChatStream(ABC):
@@ -204,6 +210,12 @@ class ModelServer(ABC):
         self._facts: dict[str, tuple[float, ModelFacts]] = {}
         self._models: tuple[float, list[str]] | None = None
         self._cache_lock = threading.Lock()
+        # The window that fits the machine (``memory_fit``): set by ``connect`` for a server whose
+        # window the app chooses (Ollama); None: the server decides (llama-server's -c, vLLM).
+        self.machine: Machine | None = None
+        self._weights: dict[str, int | None] = {}
+        self._measured: dict[str, dict[int, int]] = {}    # model -> {window: bytes beyond the estimate}
+        self._loaded: set[str] = set()                     # models a reply finished on, not looked at since
 
     def __str__(self) -> str:
         """For messages: "Ollama at http://127.0.0.1:11434"."""
@@ -295,6 +307,91 @@ class ModelServer(ABC):
     def forget_models(self) -> None:
         """Drop the cached model list (the next ``models()`` asks the server)."""
         self._models = None
+
+    # -- the window that fits the machine (issue 31) -----------------------------------
+
+    def memory_fit(self, model: str, ask_loaded: bool = False) -> MemoryFit | None:
+        """The largest window the server's machine holds for ``model``, with its figures; None where
+        that is not known (no machine figures, a server that does not describe the layers).
+
+        After a reply has finished on the model (``_reply_done``), or when ``ask_loaded`` (``harvey
+        check``), the first call asks the server once what the loaded model really takes (no polling)
+        and keeps any excess over the estimate, which only ever shrinks the window. Errors of those
+        two lookups are logged, not raised.
+        """
+        machine = self.machine
+        if machine is None or machine.usable is None:
+            return None
+        shape = self.facts(model).kv
+        if shape is None:
+            return None
+        weights = self._weights_of(model)
+        if weights is None:
+            return None
+        if ask_loaded:
+            self._reply_done(model)
+        self._look_at_loaded(model, shape, weights, machine)
+        with self._cache_lock:
+            measured = tuple((extra, at) for at, extra in sorted(self._measured.get(model, {}).items()))
+        return MemoryFit(largest_window(shape, weights, machine, measured), weights, shape, machine, measured)
+
+    def memory_window(self, model: str) -> int | None:
+        """The memory's cap on ``model``'s window in tokens (None: no cap known)."""
+        fit = self.memory_fit(model)
+        return fit.cap if fit else None
+
+    def _weights_of(self, model: str) -> int | None:
+        """The model's weights in bytes, asked once per model."""
+        with self._cache_lock:
+            if model in self._weights:
+                return self._weights[model]
+        try:
+            sizes = self._fetch_sizes()
+        except ModelError as exc:
+            log.warning("the size of %s is not known, so neither is the window memory allows: %s", model, exc)
+            return None
+        with self._cache_lock:
+            size = sizes.get(model) or sizes.get(f"{model}:latest")
+            self._weights[model] = size
+        return size
+
+    def _reply_done(self, model: str) -> None:
+        """A reply finished on ``model``: it is loaded, so the next ``memory_fit`` may check the estimate."""
+        if self.machine is not None:
+            with self._cache_lock:
+                self._loaded.add(model)
+
+    def _look_at_loaded(self, model: str, shape: KvShape, weights: int, machine: Machine) -> None:
+        """Once after a reply: what the loaded model took, against the estimate for its window."""
+        with self._cache_lock:
+            if model not in self._loaded:
+                return
+            self._loaded.discard(model)
+        try:
+            seen = self._fetch_loaded(model)
+        except ModelError as exc:
+            log.info("could not ask %s what %s takes loaded: %s", self, model, exc)
+            return
+        if seen is None:
+            return
+        extra = excess(shape, weights, machine, seen)
+        if extra <= 0:
+            return
+        with self._cache_lock:
+            kept = self._measured.setdefault(model, {})
+            kept[seen.context] = max(extra, kept.get(seen.context, 0))
+            while len(kept) > MEASURED_KEPT:
+                del kept[min(kept, key=kept.get)]
+        log.warning("%s took %d MiB more than estimated with a %d-token window: the window memory allows "
+                    "shrinks accordingly", model, extra >> 20, seen.context)
+
+    def _fetch_sizes(self) -> dict[str, int]:
+        """Every installed model's weights in bytes (a server that does not say: none)."""
+        return {}
+
+    def _fetch_loaded(self, model: str) -> Measured | None:
+        """What ``model`` takes loaded, and with what window (None: not loaded, or not said)."""
+        return None
 
     def count_tokens(self, model: str, text: str) -> int | None:
         """The server's exact token count of ``text``, or None where it has no tokenizer endpoint."""

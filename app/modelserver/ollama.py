@@ -22,6 +22,7 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
+from .memory import SWA_PATTERNS, KvShape, Measured
 from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
                      Unreachable)
 from .transport import CallStream, HttpServer
@@ -69,6 +70,23 @@ class OllamaServer(HttpServer):
         response = self._request("POST", "/api/show", json={"model": model}, timeout=30.0)
         _raise_for(response, model=model)
         return _facts_from_show(model, response.json())
+
+    def _fetch_sizes(self) -> dict[str, int]:
+        """``/api/tags``' ``size`` of each model: its weights file, in bytes."""
+        response = self._request("GET", "/api/tags", timeout=10.0)
+        _raise_for(response)
+        return {m.get("name") or m.get("model"): int(m.get("size") or 0) for m in response.json().get("models", [])}
+
+    def _fetch_loaded(self, model: str) -> Measured | None:
+        """``/api/ps``: the loaded model's ``size`` (weights, KV cache for every slot, compute buffers)
+        and ``context_length`` (the window per slot)."""
+        response = self._request("GET", "/api/ps", timeout=5.0)
+        _raise_for(response)
+        for entry in response.json().get("models", []):
+            if (entry.get("name") or entry.get("model")) in (model, f"{model}:latest"):
+                size, context = int(entry.get("size") or 0), int(entry.get("context_length") or 0)
+                return Measured(size, context) if size and context else None
+        return None
 
     def embed(self, model: str, texts: str | list[str]) -> list[list[float]]:
         """``/api/embed``, one vector per text, with ``truncate: false``: Ollama otherwise cuts a text
@@ -118,6 +136,7 @@ class OllamaChatStream(CallStream):
                 yield piece
             if obj.get("done"):
                 self.usage = _usage(obj)
+                self._server._reply_done(self._body["model"])
                 return
         raise StreamBroken(f"The model's reply broke off: {self._server} closed the connection before the end.")
 
@@ -155,7 +174,45 @@ def _facts_from_show(model: str, data: dict) -> ModelFacts:
     if length is None:  # some servers only fill one "*.context_length" key
         length = next((v for k, v in info.items() if k.endswith(".context_length")), None)
     return ModelFacts(name=model, family=details.get("family", ""), parameter_size=details.get("parameter_size", ""),
-                      architecture=arch, context_length=int(length) if length else None)
+                      architecture=arch, context_length=int(length) if length else None, kv=_kv_shape(arch, info))
+
+
+def _kv_shape(arch: str, info: dict) -> KvShape | None:
+    """The KV cache's shape from ``model_info``'s GGUF keys (None: not enough of them).
+
+    ``{arch}.block_count`` layers; ``attention.head_count_kv`` KV heads (a number, or one per layer;
+    absent: as many as ``head_count``, no grouping); ``attention.key_length`` / ``value_length``, else
+    ``embedding_length / head_count``; ``attention.sliding_window`` and the architecture's pattern of
+    sliding layers (``memory.SWA_PATTERNS``). Ollama empties arrays longer than 5 in ``/api/show``: a
+    per-layer list that arrives empty counts every layer at the largest figure known, or is unknown.
+    """
+    def number(key: str) -> int | None:
+        value = info.get(f"{arch}.{key}")
+        if isinstance(value, list):
+            value = max((v for v in value if isinstance(v, (int, float))), default=None)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+    layers = number("block_count")
+    heads = number("attention.head_count")
+    if not arch or not layers:
+        return None
+    raw_kv = info.get(f"{arch}.attention.head_count_kv")
+    if isinstance(raw_kv, list) and len(raw_kv) == layers and all(isinstance(v, int) for v in raw_kv):
+        kv_heads = tuple(int(v) for v in raw_kv)
+    else:
+        per_layer = number("attention.head_count_kv") or heads
+        if not per_layer:
+            return None
+        kv_heads = (per_layer,) * layers
+    embedding = number("embedding_length")
+    key = number("attention.key_length") or (embedding // heads if embedding and heads else None)
+    value = number("attention.value_length") or key
+    if not key or not value:
+        return None
+    window = number("attention.sliding_window") or 0
+    pattern = SWA_PATTERNS.get(arch)
+    sliding = tuple(i % pattern < pattern - 1 for i in range(layers)) if window and pattern else ()
+    return KvShape(kv_heads, key, value, window if sliding else 0, sliding)
 
 
 def _raise_for(response: httpx.Response, model: str | None = None) -> None:
