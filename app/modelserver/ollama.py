@@ -22,9 +22,9 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .memory import SWA_PATTERNS, KvShape, Measured
 from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
                      Unreachable)
+from .memory import SWA_PATTERNS, KvShape, Measured
 from .transport import CallStream, HttpServer
 
 NS = 1e9
