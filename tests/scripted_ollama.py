@@ -22,6 +22,7 @@ Run by hand for a demo without any model::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import selectors
@@ -162,6 +163,14 @@ class ScriptedOllama:
         self.max_in_flight = 0           # the most chat requests ever answered at once
         self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
+        # A real vocabulary per model (issue 30): the GGUF's ``model_info`` (tests/vocab.py), served by
+        # /api/show as Ollama does (the long arrays empty without ``verbose``); and ``count_fn``, the
+        # true count of a text (llama.cpp's /tokenize over that GGUF): prompt_eval_count is then
+        # the content's count plus ChatML's ``template_tokens`` (5 a message, 3 for the reply's turn).
+        self.model_infos: dict[str, dict] = {}
+        self.count_fn: Callable[[str], int] | None = None
+        self.template_tokens = (5, 3)
+        self.verbose_shows = 0           # /api/show requests with verbose (the app fetched a vocabulary)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -247,7 +256,12 @@ class ScriptedOllama:
         return text.encode()[:keep].decode(errors="ignore")
 
     def prompt_tokens(self, body: dict) -> int:
-        """The server's 'true' token count of a prompt: bytes/4 x ratio."""
+        """The server's 'true' token count of a prompt: bytes/4 x ratio, or ``count_fn``'s."""
+        if self.count_fn is not None:
+            messages = body.get("messages", [])
+            per_message, per_request = self.template_tokens
+            return (sum(self.count_fn(m.get("content") or "") for m in messages)
+                    + per_message * len(messages) + per_request)
         size = sum(len((m.get("content") or "").encode()) for m in body.get("messages", []))
         return math.ceil(size / 4 * self.token_ratio)
 
@@ -327,7 +341,8 @@ def _handler_for(server: ScriptedOllama):
             if self.path == "/api/tags" and server.tags_delays:
                 time.sleep(server.tags_delays.pop(0))
             if self.path in ("/api/tags", "/api/ps"):
-                models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c}
+                models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c,
+                           "digest": hashlib.sha256(f"{n}|{c}|{bool(server.model_infos.get(n))}".encode()).hexdigest()}
                           for n, c in server.models.items()]
                 return self._json(200, {"models": models})
             self._json(404, {"error": "not found"})
@@ -357,10 +372,15 @@ def _handler_for(server: ScriptedOllama):
             name = body.get("model")
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
-            self._json(200, {
-                "details": {"family": "llama", "parameter_size": "1B"},
-                "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
-            })
+            info = {"general.architecture": "llama", "llama.context_length": server.models[name]}
+            verbose = bool(body.get("verbose"))
+            server.verbose_shows += verbose
+            for key, value in (server.model_infos.get(name) or {}).items():
+                if key in ("general.architecture",) or key.endswith(".context_length"):
+                    continue
+                # Ollama: without verbose, every long array comes back empty
+                info[key] = value if verbose or not isinstance(value, list) else []
+            self._json(200, {"details": {"family": "llama", "parameter_size": "1B"}, "model_info": info})
 
         def _embed(self, body):
             if body.get("model") not in server.models:

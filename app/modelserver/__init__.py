@@ -31,7 +31,10 @@ def connect(config, *, connect_timeout: float | None = None, read_timeout: float
     if section.api == "openai":
         from .openai import OpenAIServer
 
-        return OpenAIServer(section.url, **timeouts)
-    from .ollama import OllamaServer
+        server = OpenAIServer(section.url, **timeouts)
+    else:
+        from .ollama import OllamaServer
 
-    return OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
+        server = OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
+    server.token_counters.cache_dir = config.data_path / "tokenizers"   # built vocabularies, by digest
+    return server

@@ -31,7 +31,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterator
 
+from .counting import TokenCounters
 from .errors import Cancelled
+from .tokens import Counter, Unbuildable
 
 MODELS_MAX_AGE_S = 5.0
 
@@ -175,6 +177,7 @@ class ModelServer(ABC):
         self._facts: dict[str, ModelFacts] = {}
         self._models: tuple[float, list[str]] | None = None
         self._cache_lock = threading.Lock()
+        self.token_counters = TokenCounters(self._build_counter, self._counter_key)
 
     def __str__(self) -> str:
         """For messages: "Ollama at http://127.0.0.1:11434"."""
@@ -256,4 +259,25 @@ class ModelServer(ABC):
 
     def count_tokens(self, model: str, text: str) -> int | None:
         """The server's exact token count of ``text``, or None where it has no tokenizer endpoint."""
+        return None
+
+    # -- exact token counts (issue 30) ---------------------------------------------------
+
+    def counter(self, model: str, wait: bool = False) -> Counter | None:
+        """The model's exact token counter, or None: the caller uses the bytes-per-token estimate.
+
+        Never waits for a build unless ``wait`` (the worker may; a request must not): the first
+        ask starts it in the background (``counting.TokenCounters``)."""
+        return self.token_counters.get(model, wait=wait)
+
+    def counter_state(self, model: str) -> tuple[str, str]:
+        """("exact", which tokenizer) | ("estimated", why) | ("building", "") | ("unknown", "")."""
+        return self.token_counters.state(model)
+
+    def _build_counter(self, model: str) -> Counter:
+        """Build the model's counter (slow: runs off the request path); raises ``Unbuildable``."""
+        raise Unbuildable(f"{self.name} gives no tokenizer")
+
+    def _counter_key(self, model: str) -> str | None:
+        """What identifies the model's vocabulary on disk (Ollama: its digest); None: not kept."""
         return None

