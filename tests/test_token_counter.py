@@ -174,3 +174,70 @@ def test_two_counters_are_kept_in_memory(vocab_ollama, tmp_path):
     assert server.counter("fourth:1b", wait=True) is not None
     assert server.counter_state("smol:135m")[0] != "exact"  # the least recently used one left memory
     assert server.counter("smol:135m", wait=True) is not None   # and comes back from disk
+
+
+# -- through waitress: the budget counts (issue 30) ----------------------------------------------
+
+def _markdown_of(reference: LlamaCpp, target: int, seed: int) -> str:
+    """Deterministic Markdown whose true (llama.cpp) count is ``target`` give or take a line."""
+    import random
+
+    from token_texts import _markdown
+
+    rng = random.Random(seed)
+    lines: list[str] = []
+    while reference.count("\n".join(lines)) < target:
+        lines.extend(_markdown(rng).splitlines() + [""])
+    while reference.count("\n".join(lines)) > target:
+        lines.pop()
+    return "\n".join(lines)
+
+
+def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, smollm, make_live):
+    """Issue 30: two Markdown files of about 3,050 true tokens each, about 6,800 tokens free. Sized
+    by the Markdown estimate (2.72 bytes a token where SmolLM2 reads 3.1) only one was sent."""
+    from pathlib import Path
+
+    from app.chat import prepare
+    from conftest import make_config, send_and_finish
+
+    info, reference = smollm
+    with ScriptedOllama(models={"smol:135m": 8192}) as server:
+        server.model_infos["smol:135m"] = info
+        server.count_fn = reference.count
+        config = make_config(tmp_path, server.url, model="smol:135m")
+        workspace = Path(config.workspace)
+        workspace.mkdir(parents=True)
+        for name, seed in (("a.md", 1), ("b.md", 2)):
+            (workspace / name).write_text(_markdown_of(reference, 3050, seed), encoding="utf-8")
+        live = make_live(config)
+        svc = live.services
+        assert svc.models.counter("smol:135m", wait=True) is not None      # built (the worker's way)
+        free = prepare.prepare_files(svc, "Compare these two", "smol:135m").budget.remaining
+        assert 6600 <= free <= 7000
+        name = live.open_session()
+        send_and_finish(live, name, "Compare a.md and b.md")
+        chat = server.chats()[-1]
+        prompt = chat.body["messages"][-1]["content"]
+        assert '<file name="a.md">' in prompt and '<file name="b.md">' in prompt
+        assert "exceeded the context budget" not in prompt
+        true = server.prompt_tokens(chat.body)
+        assert true + 512 <= 8192                               # with the reply's reservation, within the window
+        # the template's cost was learnt from that reply: ChatML's 5 a message and 3 a request
+        send_and_finish(live, name, "And now?")
+        assert svc.calibration.templates.cost("smol:135m") == (5, 3)
+        status = live.get(f"/s/{name}").text
+        assert "counted with the model&#39;s own tokenizer" in status or "counted with the model's own tokenizer" in status
+
+
+def test_a_model_without_tokenizer_data_works_as_today(tmp_path, make_live):
+    from conftest import make_config, send_and_finish
+
+    with ScriptedOllama(models={"tiny:1b": 8192}) as server:
+        live = make_live(make_config(tmp_path, server.url))
+        assert live.services.models.counter("tiny:1b", wait=True) is None
+        assert live.services.models.counter_state("tiny:1b")[0] == "estimated"
+        name = live.open_session()
+        send_and_finish(live, name, "hello")
+        assert len(server.chats()) == 1
+        assert "bytes per token" in live.get(f"/s/{name}").text

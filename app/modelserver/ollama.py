@@ -68,8 +68,9 @@ class OllamaServer(HttpServer):
 
     def _counter_key(self, model: str) -> str | None:
         """The model's digest from ``/api/tags``: a model pulled again is a new vocabulary."""
-        digests = getattr(self, "_digests", None)
-        if digests is None or model not in digests:
+        self.models()                                  # the list of a few seconds ago will do
+        digests = getattr(self, "_digests", {})
+        if model not in digests:
             self.models(max_age=0.0)
             digests = getattr(self, "_digests", {})
         return digests.get(model) or None

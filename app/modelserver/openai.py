@@ -134,12 +134,13 @@ class OpenAIServer(HttpServer):
         return len(_json(response).get("tokens", []))
 
     def _build_counter(self, model: str):
-        """llama-server's (and llamafile's) own ``/tokenize``: every count is the server's."""
-        from .tokens import RemoteCounter, Unbuildable
+        """No counter in the app: a count over HTTP for every message on the request path costs a
+        request each; llama-server's ``/tokenize`` instead gives each kind of text its exact figure
+        from a file's sample (``count_tokens``, ``Calibration.observe_count``)."""
+        from .tokens import Unbuildable
 
-        if self.count_tokens(model, "a") is None:
-            raise Unbuildable("the server has no /tokenize endpoint")
-        return RemoteCounter(lambda text: self.count_tokens(model, text) or 0, f"{self.url}/tokenize")
+        raise Unbuildable("an OpenAI-compatible server's vocabulary is not served; llama-server's /tokenize "
+                          "calibrates the estimate from each kind of text's sample")
 
     # -- chat -------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 log = logging.getLogger(__name__)
 
@@ -240,22 +240,6 @@ class Counter:
         from tokenizers import Tokenizer
 
         return cls(Tokenizer.from_str(data), name)
-
-
-class RemoteCounter(Counter):
-    """A server's own count (llama-server's ``/tokenize``): one request per text, never cached."""
-
-    cacheable = False
-
-    def __init__(self, count: "Callable[[str], int]", name: str):
-        super().__init__(None, name)
-        self._count = count
-
-    def count(self, text: str) -> int:
-        return self._count(text) if text else 0
-
-    def count_many(self, texts: Iterable[str]) -> list[int]:
-        return [self.count(t) for t in texts]
 
 
 def counter_from_info(info: dict, name: str = "") -> Counter:

@@ -69,6 +69,11 @@ class ModelCalls:
         activity.detach(stream)
         if stream.usage is None:
             return ""
+        counter = self.server.counter(request.model)
+        if counter is not None:
+            # issue 30: the template's cost per model, from the replies' counts (the first one teaches it)
+            self.calibration.templates.observe(request.model, request.messages, stream.usage.prompt_tokens,
+                                               counter)
         return self.calibration.observe(request.model, request.messages, stream.usage, kind=request.kind,
                                         num_predict=request.num_predict) or ""
 
