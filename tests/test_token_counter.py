@@ -241,3 +241,22 @@ def test_a_model_without_tokenizer_data_works_as_today(tmp_path, make_live):
         send_and_finish(live, name, "hello")
         assert len(server.chats()) == 1
         assert "bytes per token" in live.get(f"/s/{name}").text
+
+
+def test_harvey_check_says_which_models_are_counted_and_why_not(tmp_path, vocab_ollama):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_cli import ROOT, write_config
+
+    write_config(tmp_path, vocab_ollama.url, model="smol:135m")
+    result = subprocess.run([sys.executable, "-m", "app.cli", "check"], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "smol:135m: token counts exact (gpt2/smollm; verified with SmolLM2-135M" in out
+    assert "plain:1b: token counts estimated from bytes per token: " in out and "no tokenizer" in out
+    assert "qwen:1b: token counts estimated from bytes per token: its pre-tokenizer 'qwen2' has not been verified" in out
+    assert list(Path(tmp_path).glob("**/tokenizers/*.json"))      # kept for the app's first chat
