@@ -103,12 +103,37 @@ def test_the_verified_names_are_the_names_counted():
 
 
 def test_a_counter_built_from_its_json_counts_the_same(smollm):
-    """The disk cache holds ``to_str()``; what it loads counts exactly as what was built."""
+    """The disk cache holds ``dumps()``; what it loads counts exactly as what was built."""
     info, reference = smollm
     built = counter_from_info(info)
-    loaded = Counter.from_str(built.to_str(), built.name)
+    loaded = Counter.loads(built.dumps())
+    assert (loaded.name, loaded.segmentable) == ("gpt2/smollm", True)
     for _, text in texts()[::7]:
         assert loaded.ids(text) == built.ids(text)
+
+
+def _long_text() -> str:
+    """About 400 KB of every kind, so ``Counter.count`` counts it in pieces."""
+    return "\n".join(text for _, text in texts())[:400_000] * 2
+
+
+def test_a_long_text_counted_in_pieces_is_llama_cpps_count(smollm):
+    info, reference = smollm
+    counter = counter_from_info(info)
+    text = _long_text()
+    assert len(text) > 100_000 and counter.segmentable
+    assert counter.count(text) == reference.count(text) == len(counter.ids(text))
+
+
+@pytest.mark.slow
+def test_gemma_long_text_counted_in_pieces_is_llama_cpps_count(gemma):
+    info, reference = gemma
+    counter = counter_from_info(info)
+    text = _long_text()
+    assert counter.segmentable
+    assert counter.count(text) == reference.count(text)
+    llama2_like = dict(info, **{"tokenizer.ggml.add_space_prefix": True})
+    assert not counter_from_info(llama2_like).segmentable    # "▁" before each piece: counted whole
 
 
 def test_what_cannot_be_exact_says_why(smollm):

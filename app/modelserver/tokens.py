@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -212,46 +213,93 @@ def _add_specials(tokenizer, tokens: list[str], types: list[int]) -> None:
         tokenizer.add_special_tokens(specials)
 
 
+SEGMENT_CHARS = 16_384      # a longer text is counted in pieces (bounded memory: an Encoding per token)
+SEGMENTS_AT_ONCE = 16
+# After a lone newline between a visible character and a letter or digit.  (Not after a run of
+# newlines: GPT-2's "\s+(?!\S)" splits the last one of a run off before a word, but takes a run
+# at the end of a text whole.)
+_CUT = re.compile(r"(?<=\S)\n(?=[^\W_])")
+
+
 class Counter:
-    """One model's exact token counter (thread-safe: ``tokenizers`` encodes without the GIL)."""
+    """One model's exact token counter (thread-safe: ``tokenizers`` encodes without the GIL).
+
+    ``segmentable``: a long text may be counted as pieces cut after a lone newline that a letter
+    or digit follows, because no piece of the model's split spans such a place (every verified
+    pre-tokenizer ends a newline run there and starts a word; a SentencePiece vocabulary without
+    ``add_space_prefix`` has the newline as a token of its own); the sum is the whole's count.
+    Without it (a SentencePiece vocabulary that puts "▁" in front of every piece of text) the text
+    is counted whole."""
 
     exact = True
 
-    def __init__(self, tokenizer, name: str = ""):
+    def __init__(self, tokenizer, name: str = "", segmentable: bool = False):
         self._tokenizer = tokenizer
         self.name = name
+        self.segmentable = segmentable
 
     def count(self, text: str) -> int:
         """Tokens in ``text`` as the model's server counts it inside a prompt (specials parsed)."""
         if not text:
             return 0
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        if len(text) <= SEGMENT_CHARS or not self.segmentable:
+            return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        pieces = _segments(text)
+        total = 0
+        for start in range(0, len(pieces), SEGMENTS_AT_ONCE):
+            batch = self._tokenizer.encode_batch(pieces[start:start + SEGMENTS_AT_ONCE], add_special_tokens=False)
+            total += sum(len(e.ids) for e in batch)
+        return total
 
     def ids(self, text: str) -> list[int]:
         """The token ids themselves (the tests compare them with llama.cpp's)."""
         return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
     def count_many(self, texts: Iterable[str]) -> list[int]:
-        """``count`` of each text (one call into Rust for all)."""
-        texts = list(texts)
-        if not texts:
-            return []
-        return [len(e.ids) for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+        """``count`` of each text."""
+        return [self.count(t) for t in texts]
 
-    def to_str(self) -> str:
-        """The built tokenizer as JSON, for the disk cache."""
-        return self._tokenizer.to_str()
+    def dumps(self) -> str:
+        """The counter for the disk cache: a header line, then the tokenizer's JSON."""
+        header = json.dumps({"name": self.name, "segmentable": self.segmentable})
+        return f"{header}\n{self._tokenizer.to_str()}"
 
     @classmethod
-    def from_str(cls, data: str, name: str = "") -> "Counter":
+    def loads(cls, data: str) -> "Counter":
+        """What ``dumps`` wrote."""
         from tokenizers import Tokenizer
 
-        return cls(Tokenizer.from_str(data), name)
+        header, _, body = data.partition("\n")
+        meta = json.loads(header)
+        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")))
+
+
+def _segments(text: str) -> list[str]:
+    """``text`` in pieces of about ``SEGMENT_CHARS``, each cut at a ``_CUT`` place (none: whole)."""
+    pieces, start = [], 0
+    while len(text) - start > SEGMENT_CHARS:
+        match = _CUT.search(text, start + SEGMENT_CHARS // 2, start + SEGMENT_CHARS)
+        if match is None:
+            match = _CUT.search(text, start + SEGMENT_CHARS)
+            if match is None:
+                break
+        pieces.append(text[start:match.end()])
+        start = match.end()
+    pieces.append(text[start:])
+    return pieces
+
+
+def _segmentable(info: dict) -> bool:
+    """Whether ``Counter.count`` may cut a long text after a newline (see ``Counter``)."""
+    if _key(info, "model") == "llama" and bool(_key(info, "add_space_prefix", True)):
+        return False
+    tokens, types = _key(info, "tokens") or [], _key(info, "token_type") or []
+    return not any(ty in SPECIAL_TYPES and _CUT.search(t) for t, ty in zip(tokens, types))
 
 
 def counter_from_info(info: dict, name: str = "") -> Counter:
     """``Counter`` built from ``model_info``; raises ``Unbuildable``."""
-    return Counter(build(info), name or describe(info))
+    return Counter(build(info), name or describe(info), _segmentable(info))
 
 
 def dumps_info(info: dict) -> str:
