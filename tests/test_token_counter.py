@@ -309,3 +309,30 @@ def test_harvey_check_says_which_models_are_counted_and_why_not(tmp_path, vocab_
     assert "plain:1b: token counts estimated from bytes per token: " in out and "no tokenizer" in out
     assert "qwen:1b: token counts estimated from bytes per token: its pre-tokenizer 'deepseek-llm' is not" in out
     assert list(Path(tmp_path).glob("**/tokenizers/*.json"))      # kept for the app's first chat
+
+
+def test_the_card_says_the_files_counted_size(tmp_path, smollm, make_live):
+    """A file too large for the chat: the card's size is llama.cpp's count of its text, without
+    "about" (it was counted), and the job keeps that figure."""
+    from pathlib import Path
+
+    from app import chunking
+    from conftest import make_config
+
+    info, reference = smollm
+    with ScriptedOllama(models={"smol:135m": 8192}) as server:
+        server.model_infos["smol:135m"] = info
+        server.count_fn = reference.count
+        config = make_config(tmp_path, server.url, model="smol:135m")
+        workspace = Path(config.workspace)
+        workspace.mkdir(parents=True)
+        (workspace / "big.md").write_text(_markdown_of(reference, 12000, 3), encoding="utf-8")
+        live = make_live(config)
+        assert live.services.models.counter("smol:135m", wait=True) is not None
+        name = live.open_session()
+        live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+        job = live.services.jobs.open_for(name)
+        true = reference.count(chunking.read_document(workspace / "big.md").text)
+        assert job.tokens_counted and job.file_tokens == true
+        page = live.get(f"/s/{name}").text
+        assert f"<dd>{true:,} tokens" in page and f"about {true:,} tokens" not in page
