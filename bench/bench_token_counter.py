@@ -87,7 +87,7 @@ def child(model: str, show_json: Path, cache: Path) -> dict:
             text = _corpus()
             size = len(text.encode()) / 1e6
             started = time.perf_counter()
-            whole = counter.count(text)         # in pieces of 16 KB, 16 at a time (Counter.count)
+            whole = counter.count(text)         # in pieces of 16 KB (Counter.count)
             out["whole_mb_s"] = round(size / (time.perf_counter() - started), 2)
             pieces = [text[i:i + 65536] for i in range(0, len(text), 65536)]
             started = time.perf_counter()
