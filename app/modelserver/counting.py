@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Callable
@@ -30,6 +31,7 @@ from .tokens import Counter, Unbuildable
 log = logging.getLogger(__name__)
 
 KEPT_IN_MEMORY = 2
+RETRY_AFTER_S = 30.0   # after a failed build (the server down, the model not there yet)
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -44,13 +46,15 @@ class TokenCounters:
         self._memory: OrderedDict[str, Counter] = OrderedDict()
         self._refused: dict[str, str] = {}     # model -> why it is estimated
         self._building: dict[str, threading.Thread] = {}
+        self._failed: dict[str, float] = {}    # model -> when its last build failed (monotonic)
         self._lock = threading.Lock()
 
     # -- asking ----------------------------------------------------------------------------
 
     def get(self, model: str, wait: bool = False) -> Counter | None:
-        """The model's counter; None while it is built in the background (``wait``: build it now)
-        or when it cannot be exact (``state`` says why)."""
+        """The model's counter; None while it is built in the background (``wait``: until it is
+        built) or when it cannot be exact (``state`` says why).  A build that failed (the server
+        down) is tried again after ``RETRY_AFTER_S``, not on every page."""
         with self._lock:
             counter = self._memory.get(model)
             if counter is not None:
@@ -59,17 +63,15 @@ class TokenCounters:
             if model in self._refused:
                 return None
             thread = self._building.get(model)
-            if thread is None and not wait:
+            if thread is None:
+                if not wait and time.monotonic() - self._failed.get(model, -RETRY_AFTER_S) < RETRY_AFTER_S:
+                    return None
                 thread = threading.Thread(target=self._load, args=(model,), name=f"tokenizer {model}", daemon=True)
                 self._building[model] = thread
                 thread.start()
-                return None
         if not wait:
             return None
-        if thread is not None:
-            thread.join()
-        else:
-            self._load(model)
+        thread.join()
         with self._lock:
             return self._memory.get(model)
 
@@ -101,6 +103,8 @@ class TokenCounters:
             counter, refused = None, None
         with self._lock:
             self._building.pop(model, None)
+            if counter is None and refused is None:
+                self._failed[model] = time.monotonic()
             if counter is not None:
                 self._memory[model] = counter
                 self._memory.move_to_end(model)
