@@ -336,3 +336,16 @@ def test_the_card_says_the_files_counted_size(tmp_path, smollm, make_live):
         assert job.tokens_counted and job.file_tokens == true
         page = live.get(f"/s/{name}").text
         assert f"<dd>{true:,} tokens" in page and f"about {true:,} tokens" not in page
+
+
+def test_a_failed_build_is_tried_again_later_not_on_every_page(vocab_ollama, tmp_path):
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    vocab_ollama.down = True                               # 503 everywhere: the build fails
+    assert server.counter("smol:135m", wait=True) is None
+    assert server.counter_state("smol:135m") == ("unknown", "")    # not "estimated": nothing was learnt
+    vocab_ollama.down = False
+    asked = len(vocab_ollama.requests)
+    assert server.counter("smol:135m") is None              # a page soon after: no new build
+    assert server.counter_state("smol:135m")[0] == "unknown" and len(vocab_ollama.requests) == asked
+    assert server.counter("smol:135m", wait=True) is not None   # the worker's ask tries now
