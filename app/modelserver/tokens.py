@@ -36,7 +36,6 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Iterable
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,6 @@ VERIFIED_PRE: dict[str, str] = {
 # of llama.cpp's list; and the tokenizer models bert (WPM), t5 (UGM), rwkv, plamo2, gemma4.
 
 SPECIAL_TYPES = (2, 3, 4)      # unknown, control, user-defined: split out whole (parse_special)
-BYTE_TYPE = 6
 KEY = "tokenizer.ggml."
 
 
@@ -115,11 +113,6 @@ def _key(info: dict, name: str, default=None):
     return info.get(KEY + name, default)
 
 
-def tokenizer_fields(info: dict) -> dict:
-    """The tokenizer part of ``model_info`` (what ``/api/show`` verbose returns), nothing else."""
-    return {k: v for k, v in info.items() if k.startswith(KEY) and k != KEY + "chat_template"}
-
-
 def describe(info: dict) -> str:
     """"gpt2/smollm", "llama" …: which tokenizer a model has, for messages."""
     model = _key(info, "model") or "?"
@@ -127,10 +120,10 @@ def describe(info: dict) -> str:
     return f"{model}/{pre}" if pre and model == "gpt2" else str(model)
 
 
-def build(info: dict, *, verified_only: bool = True):
+def build(info: dict):
     """A ``tokenizers.Tokenizer`` that counts as llama.cpp does, from the GGUF tokenizer keys in
     ``info`` (``model_info`` of ``/api/show`` verbose).  Raises ``Unbuildable`` with the reason
-    when it cannot be exact (``verified_only``: only the ``VERIFIED_PRE`` names are built)."""
+    when it cannot be exact."""
     model = _key(info, "model")
     tokens = _key(info, "tokens") or []
     if not model:
@@ -145,8 +138,6 @@ def build(info: dict, *, verified_only: bool = True):
         pre = _key(info, "pre") or "default"
         if pre not in PRE_REGEX:
             raise Unbuildable(f"its pre-tokenizer {pre!r} is not one the app can reproduce")
-        if verified_only and pre not in VERIFIED_PRE:
-            raise Unbuildable(f"its pre-tokenizer {pre!r} has not been verified against llama.cpp here")
         tokenizer = _byte_level_bpe(tokens, _key(info, "merges") or [], PRE_REGEX[pre])
     elif model == "llama":
         scores = _key(info, "scores")
@@ -252,10 +243,6 @@ class Counter:
         """The token ids themselves (the tests compare them with llama.cpp's)."""
         return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
-    def count_many(self, texts: Iterable[str]) -> list[int]:
-        """``count`` of each text."""
-        return [self.count(t) for t in texts]
-
     def dumps(self) -> str:
         """The counter for the disk cache: a header line, then the tokenizer's JSON."""
         header = json.dumps({"name": self.name, "segmentable": self.segmentable})
@@ -297,8 +284,3 @@ def _segmentable(info: dict) -> bool:
 def counter_from_info(info: dict, name: str = "") -> Counter:
     """``Counter`` built from ``model_info``; raises ``Unbuildable``."""
     return Counter(build(info), name or describe(info), _segmentable(info))
-
-
-def dumps_info(info: dict) -> str:
-    """For tests and the bench: ``model_info`` as JSON."""
-    return json.dumps(info)
