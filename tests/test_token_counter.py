@@ -349,3 +349,30 @@ def test_a_failed_build_is_tried_again_later_not_on_every_page(vocab_ollama, tmp
     assert server.counter("smol:135m") is None              # a page soon after: no new build
     assert server.counter_state("smol:135m")[0] == "unknown" and len(vocab_ollama.requests) == asked
     assert server.counter("smol:135m", wait=True) is not None   # the worker's ask tries now
+
+
+def test_a_call_that_fits_by_the_true_count_is_sent(vocab_ollama, tmp_path):
+    """Map, reduce, compact and help calls are fitted to the window by the model's own count once its
+    counter is known: a prompt whose bytes-per-token estimate is over the window but whose true
+    count fits is sent, and one that does not fit by the true count is still refused unsent."""
+    from app.budget import Calibration
+    from app.modelserver import ContextExceeded
+    from app.work.activity import Activity
+    from app.work.calls import ModelCalls, Request
+
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    counter = server.counter("smol:135m", wait=True)
+    calls = ModelCalls(server, Calibration(tmp_path / "calibration.json"))
+    text = " ".join(["The budget counts what the model reads."] * 110)        # 4.4 KB of plain prose
+    messages = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": text}]
+    true = counter.count(text) + counter.count("Summarize.")
+    assert true < 1024 - 64 - 8 * 2 - 24 < len(text.encode()) / 2.0         # the estimate at 2 B/token is over
+    calls.text(Activity("a", "s", "map", 0), Request("smol:135m", messages, window=1024, num_predict=64,
+                                                     bytes_per_token=2.0))
+    assert len(vocab_ollama.chats()) == 1
+    too_long = [{"role": "user", "content": text * 2}]
+    with pytest.raises(ContextExceeded):
+        calls.text(Activity("b", "s", "map", 0), Request("smol:135m", too_long, window=1024, num_predict=64,
+                                                         bytes_per_token=8.0))
+    assert len(vocab_ollama.chats()) == 1
