@@ -126,6 +126,22 @@ def test_a_long_text_counted_in_pieces_is_llama_cpps_count(smollm):
 
 
 @pytest.mark.slow
+def test_sentencepiece_with_a_space_prefix_counts_as_llama_cpp(gemma):
+    """Llama 2 and Mistral 7B put a space ("▁") in front of the text and after each special token
+    (``add_space_prefix``): Gemma 3's vocabulary with that flag set, against llama.cpp."""
+    info, _ = gemma
+    flag = "tokenizer.ggml.add_space_prefix"
+    reference = LlamaCpp(with_pre(gemma_gguf(), None, {flag: True}))
+    try:
+        counter = counter_from_info(dict(info, **{flag: True}))
+        assert counter.count("hello") == len(reference.tokenize("hello")) and counter.ids("hello")[0] != \
+            counter_from_info(info).ids("hello")[0]                  # the prefix changes the first token
+        assert _mismatches(counter, reference, every=3) == []
+    finally:
+        reference.close()
+
+
+@pytest.mark.slow
 def test_gemma_long_text_counted_in_pieces_is_llama_cpps_count(gemma):
     info, reference = gemma
     counter = counter_from_info(info)
@@ -147,6 +163,10 @@ def test_what_cannot_be_exact_says_why(smollm):
         build(unverified)
     with pytest.raises(Unbuildable, match="bert"):
         build(bert)
+    gemma_like = {**{k: v for k, v in info.items() if k.startswith("general.")}, "general.name": "Phi-3 Mini",
+                  "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"], "tokenizer.ggml.scores": [0.0]}
+    with pytest.raises(Unbuildable, match="Phi-3"):
+        build(gemma_like)
     with pytest.raises(Unbuildable, match="empty"):
         build(dict(info, **{"tokenizer.ggml.tokens": []}))
     with pytest.raises(Unbuildable, match="no tokenizer"):

