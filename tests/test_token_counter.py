@@ -396,3 +396,32 @@ def test_a_call_that_fits_by_the_true_count_is_sent(vocab_ollama, tmp_path):
         calls.text(Activity("b", "s", "map", 0), Request("smol:135m", too_long, window=1024, num_predict=64,
                                                          bytes_per_token=8.0))
     assert len(vocab_ollama.chats()) == 1
+
+
+def test_retrieval_passages_fit_the_window_by_the_true_count(tmp_path, smollm, make_live):
+    """The retrieval answer's passages are fitted with the model's own count: the one request fits
+    the window by llama.cpp's count of it, and holds the passages that fit (the cautious estimate
+    sent one where two fit)."""
+    import dataclasses
+    from pathlib import Path
+
+    from app.config import RetrievalConfig
+    from conftest import make_config
+    from haystacks import bag_vector, haystack
+    from test_retrieval_answer import EMBEDDER, FACT, answer_from_passages, ask_by_retrieval
+
+    info, reference = smollm
+    with ScriptedOllama(models={"tiny:1b": 2048, EMBEDDER: 2048}) as server:
+        server.model_infos["tiny:1b"] = info
+        server.count_fn = reference.count
+        server.script = answer_from_passages
+        server.embed_fn = bag_vector
+        config = dataclasses.replace(make_config(tmp_path, server.url), retrieval=RetrievalConfig(passages=8))
+        Path(config.workspace).mkdir(parents=True)
+        (Path(config.workspace) / "harbour.md").write_text(haystack(150, {131: FACT}), encoding="utf-8")
+        live = make_live(config)
+        assert live.services.models.counter("tiny:1b", wait=True) is not None
+        job, _ = ask_by_retrieval(live, live.open_session())
+        request = server.chats()[-1]
+        assert server.prompt_tokens(request.body) + request.body["options"]["num_predict"] <= 2048
+        assert 2 <= len(job.rag) <= 8          # sized at 4 bytes a token, one passage was all that fit
