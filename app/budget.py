@@ -416,10 +416,6 @@ class TemplateCosts:
             except (OSError, ValueError, TypeError, AttributeError):
                 self._seen = {}
 
-    def learnt(self, model: str) -> bool:
-        with self._lock:
-            return bool(self._seen.get(model))
-
     def cost(self, model: str) -> tuple[int, int]:
         """(tokens per message, tokens per request) for ``model``; ``DEFAULT_TEMPLATE`` until learnt."""
         with self._lock:

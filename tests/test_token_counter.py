@@ -425,3 +425,24 @@ def test_retrieval_passages_fit_the_window_by_the_true_count(tmp_path, smollm, m
         request = server.chats()[-1]
         assert server.prompt_tokens(request.body) + request.body["options"]["num_predict"] <= 2048
         assert 2 <= len(job.rag) <= 8          # sized at 4 bytes a token, one passage was all that fit
+
+
+def test_the_template_cost_is_learnt_from_counts_and_kept(tmp_path, smollm):
+    """ChatML (SmolLM2): 5 tokens a message and 3 for the reply's turn, learnt from two replies'
+    counts (llama.cpp's count of the content plus the template), kept across a restart; a count
+    below the content (a cut or cached prompt) teaches nothing."""
+    from app.budget import DEFAULT_TEMPLATE, TemplateCosts
+
+    info, reference = smollm
+    counter = counter_from_info(info)
+    costs = TemplateCosts(tmp_path / "template_cost.json")
+    two = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello <|im_start|> there"}]
+    four = two + [{"role": "assistant", "content": "Hi! 日本語"}, {"role": "user", "content": "more\n\n  please"}]
+    true = lambda msgs: sum(reference.count(m["content"]) for m in msgs) + 5 * len(msgs) + 3
+    assert costs.cost("smol") == DEFAULT_TEMPLATE
+    assert not costs.observe("smol", two, 3, counter)                 # less than the content: nothing learnt
+    assert costs.observe("smol", two, true(two), counter)
+    assert costs.cost("smol") == (7, 0)                               # one size seen: all of it per message
+    assert costs.observe("smol", four, true(four), counter)
+    assert costs.cost("smol") == (5, 3)
+    assert TemplateCosts(tmp_path / "template_cost.json").cost("smol") == (5, 3)
