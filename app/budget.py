@@ -135,7 +135,7 @@ class Budget:
         return estimate_messages(messages, self.bytes_per_token)
 
 
-def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float,
+def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float, *,
                counter=None, template: tuple[int, int] | None = None) -> Budget:
     """A budget with the fixed reservations (reply, safety margin) taken.  ``counter``: the model's
     exact counter (``ModelServer.counter``), ``template``: its learnt template cost."""

@@ -163,11 +163,12 @@ class ScriptedOllama:
         self.max_in_flight = 0           # the most chat requests ever answered at once
         self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
-        # A real vocabulary per model (issue 30): the GGUF's ``model_info`` (tests/vocab.py), served by
-        # /api/show as Ollama does (the long arrays empty without ``verbose``); and ``count_fn``, the
-        # true count of a text (llama.cpp's /tokenize over that GGUF): prompt_eval_count is then
-        # the content's count plus ChatML's ``template_tokens`` (5 a message, 3 for the reply's turn).
-        self.model_infos: dict[str, dict] = {}
+        # Per model, /api/show model_info keys of a real one, e.g. its whole GGUF metadata with the
+        # vocabulary (issue 30, tests/vocab.py), served as Ollama does (the long arrays empty without
+        # ``verbose``); and ``count_fn``, the true count of a text (llama.cpp's /tokenize over that
+        # GGUF): prompt_eval_count is then the content's count plus ChatML's ``template_tokens``
+        # (5 a message, 3 for the reply's turn).
+        self.model_info: dict[str, dict] = {}
         self.count_fn: Callable[[str], int] | None = None
         self.template_tokens = (5, 3)
         self.verbose_shows = 0           # /api/show requests with verbose (the app fetched a vocabulary)
@@ -342,7 +343,7 @@ def _handler_for(server: ScriptedOllama):
                 time.sleep(server.tags_delays.pop(0))
             if self.path in ("/api/tags", "/api/ps"):
                 models = [{"name": n, "model": n, "size": 1, "details": {"family": "llama"}, "context_length": c,
-                           "digest": hashlib.sha256(f"{n}|{c}|{bool(server.model_infos.get(n))}".encode()).hexdigest()}
+                           "digest": hashlib.sha256(f"{n}|{c}|{bool(server.model_info.get(n))}".encode()).hexdigest()}
                           for n, c in server.models.items()]
                 return self._json(200, {"models": models})
             self._json(404, {"error": "not found"})
@@ -375,12 +376,11 @@ def _handler_for(server: ScriptedOllama):
             info = {"general.architecture": "llama", "llama.context_length": server.models[name]}
             verbose = bool(body.get("verbose"))
             server.verbose_shows += verbose
-            for key, value in (server.model_infos.get(name) or {}).items():
-                if key in ("general.architecture",) or key.endswith(".context_length"):
-                    continue
-                # Ollama: without verbose, every long array comes back empty
-                info[key] = value if verbose or not isinstance(value, list) else []
-            self._json(200, {"details": {"family": "llama", "parameter_size": "1B"}, "model_info": info})
+            # Ollama: without verbose, every long array (the vocabulary) comes back empty
+            info.update({key: value if verbose or not isinstance(value, list) else []
+                         for key, value in server.model_info.get(name, {}).items()})
+            self._json(200, {"details": {"family": info["general.architecture"], "parameter_size": "1B"},
+                             "model_info": info})
 
         def _embed(self, body):
             if body.get("model") not in server.models:

@@ -179,9 +179,9 @@ def test_what_cannot_be_exact_says_why(smollm):
 def vocab_ollama(smollm):
     info, reference = smollm
     with ScriptedOllama(models={"smol:135m": 8192, "plain:1b": 4096, "qwen:1b": 4096, "third:1b": 4096}) as server:
-        server.model_infos["smol:135m"] = info
-        server.model_infos["third:1b"] = info
-        server.model_infos["qwen:1b"] = dict(info, **{"tokenizer.ggml.pre": "deepseek-llm"})
+        server.model_info["smol:135m"] = info
+        server.model_info["third:1b"] = info
+        server.model_info["qwen:1b"] = dict(info, **{"tokenizer.ggml.pre": "deepseek-llm"})
         server.count_fn = reference.count
         yield server
 
@@ -238,7 +238,7 @@ def test_two_counters_are_kept_in_memory(vocab_ollama, tmp_path):
     from app.modelserver.counting import KEPT_IN_MEMORY
     assert KEPT_IN_MEMORY == 2
     vocab_ollama.models["fourth:1b"] = 4096
-    vocab_ollama.model_infos["fourth:1b"] = vocab_ollama.model_infos["smol:135m"]
+    vocab_ollama.model_info["fourth:1b"] = vocab_ollama.model_info["smol:135m"]
     server.forget_models()
     assert server.counter("fourth:1b", wait=True) is not None
     assert server.counter_state("smol:135m")[0] != "exact"  # the least recently used one left memory
@@ -272,7 +272,7 @@ def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, s
 
     info, reference = smollm
     with ScriptedOllama(models={"smol:135m": 8192}) as server:
-        server.model_infos["smol:135m"] = info
+        server.model_info["smol:135m"] = info
         server.count_fn = reference.count
         config = make_config(tmp_path, server.url, model="smol:135m")
         workspace = Path(config.workspace)
@@ -341,7 +341,7 @@ def test_the_card_says_the_files_counted_size(tmp_path, smollm, make_live):
 
     info, reference = smollm
     with ScriptedOllama(models={"smol:135m": 8192}) as server:
-        server.model_infos["smol:135m"] = info
+        server.model_info["smol:135m"] = info
         server.count_fn = reference.count
         config = make_config(tmp_path, server.url, model="smol:135m")
         workspace = Path(config.workspace)
@@ -412,7 +412,7 @@ def test_retrieval_passages_fit_the_window_by_the_true_count(tmp_path, smollm, m
 
     info, reference = smollm
     with ScriptedOllama(models={"tiny:1b": 2048, EMBEDDER: 2048}) as server:
-        server.model_infos["tiny:1b"] = info
+        server.model_info["tiny:1b"] = dict(info, **{"llama.context_length": 2048})
         server.count_fn = reference.count
         server.script = answer_from_passages
         server.embed_fn = bag_vector
