@@ -144,8 +144,20 @@ def new_budget(config: Config, model: str, trained: int | None, bytes_per_token:
     budget = Budget(model, window, effective, bytes_per_token, counter=counter,
                     template=template or (MESSAGE_OVERHEAD_TOKENS, 0))
     budget.components["reply"] = min(config.budget.reply_tokens, effective // 4)
-    budget.components["margin"] = math.ceil(config.budget.safety_margin * effective)
+    budget.components["margin"] = math.ceil(margin_share(config, counter is not None) * effective)
     return budget
+
+
+# What an exact count cannot know (issue 30): the template's tokens before a reply has taught them
+# (``DEFAULT_TEMPLATE`` over-counts then), a token where separately counted parts meet, a server whose
+# own tokenizer differs at the edges.  The configured margin is for the estimate's error.
+EXACT_MARGIN = 0.02
+
+
+def margin_share(config: Config, exact: bool) -> float:
+    """The share of the window kept free: the configured safety margin for an estimate, at most
+    ``EXACT_MARGIN`` when the sizes are the model's own counts."""
+    return min(config.budget.safety_margin, EXACT_MARGIN) if exact else config.budget.safety_margin
 
 
 def fit_history(budget: Budget, system: str, turns: list[list[dict]]) -> tuple[list[dict], int]:

@@ -265,6 +265,7 @@ def _markdown_of(reference: LlamaCpp, target: int, seed: int) -> str:
 def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, smollm, make_live):
     """Issue 30: two Markdown files of about 3,050 true tokens each, about 6,800 tokens free. Sized
     by the Markdown estimate (2.72 bytes a token where SmolLM2 reads 3.1) only one was sent."""
+    import dataclasses
     from pathlib import Path
 
     from app.chat import prepare
@@ -275,6 +276,8 @@ def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, s
         server.model_info["smol:135m"] = info
         server.count_fn = reference.count
         config = make_config(tmp_path, server.url, model="smol:135m")
+        # a window of 7,500: with the reply's 512 and an exact count's margin (2 %), about 6,800 free
+        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, default_context_window=7500))
         workspace = Path(config.workspace)
         workspace.mkdir(parents=True)
         for name, seed in (("a.md", 1), ("b.md", 2)):
@@ -291,7 +294,7 @@ def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, s
         assert '<file name="a.md">' in prompt and '<file name="b.md">' in prompt
         assert "exceeded the context budget" not in prompt
         true = server.prompt_tokens(chat.body)
-        assert true + 512 <= 8192                               # with the reply's reservation, within the window
+        assert chat.num_ctx == 7500 and true + 512 <= 7500      # with the reply's reservation, within the window
         # the template's cost was learnt from that reply: ChatML's 5 a message and 3 a request
         send_and_finish(live, name, "And now?")
         assert svc.calibration.templates.cost("smol:135m") == (5, 3)
@@ -446,3 +449,16 @@ def test_the_template_cost_is_learnt_from_counts_and_kept(tmp_path, smollm):
     assert costs.observe("smol", four, true(four), counter)
     assert costs.cost("smol") == (5, 3)
     assert TemplateCosts(tmp_path / "template_cost.json").cost("smol") == (5, 3)
+
+
+def test_an_exact_budget_keeps_a_smaller_margin(tmp_path, smollm):
+    """The configured margin (10 %) is for an estimate's error; counted sizes keep 2 %."""
+    from app.budget import new_budget
+    from conftest import make_config
+
+    config = make_config(tmp_path, "http://127.0.0.1:9")
+    counter = counter_from_info(smollm[0])
+    estimated = new_budget(config, "m", 8192, 4.0)
+    counted = new_budget(config, "m", 8192, 4.0, counter=counter, template=(5, 3))
+    assert estimated.components["margin"] == 820 and counted.components["margin"] == 164
+    assert counted.estimate("Count, don't guess.") == counter.count("Count, don't guess.") == 6
