@@ -82,12 +82,13 @@ FAMILY_FIRST = {"gpt-2", "llama-bpe", "qwen2", "dbrx"}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pre", sorted(set(PRE_REGEX) - {"smollm"}))
-def test_every_claimed_pre_tokenizer_splits_as_llama_cpp(pre, smollm):
+def test_every_claimed_pre_tokenizer_splits_as_llama_cpp(pre, smollm, tmp_path):
     """Each other ``tokenizer.ggml.pre`` name the app counts exactly, checked on SmolLM2's real
     vocabulary: the same GGUF with only its pre name changed, tokenized by llama.cpp (which then
     splits with that name's expressions and flags) and by the app."""
     info, _ = smollm
-    reference = LlamaCpp(with_pre(smollm_gguf(), pre))
+    copy = with_pre(smollm_gguf(), pre, folder=tmp_path)
+    reference = LlamaCpp(copy)
     try:
         counter = counter_from_info(dict(info, **{"tokenizer.ggml.pre": pre}))
         # a name whose expressions and flags another name has too: every fifth text (its mapping in
@@ -95,6 +96,7 @@ def test_every_claimed_pre_tokenizer_splits_as_llama_cpp(pre, smollm):
         assert _mismatches(counter, reference, every=1 if pre in FAMILY_FIRST else 5) == []
     finally:
         reference.close()
+        copy.unlink()
 
 
 def test_the_verified_names_are_the_names_counted():
@@ -126,12 +128,13 @@ def test_a_long_text_counted_in_pieces_is_llama_cpps_count(smollm):
 
 
 @pytest.mark.slow
-def test_sentencepiece_with_a_space_prefix_counts_as_llama_cpp(gemma):
+def test_sentencepiece_with_a_space_prefix_counts_as_llama_cpp(gemma, tmp_path):
     """Llama 2 and Mistral 7B put a space ("▁") in front of the text and after each special token
     (``add_space_prefix``): Gemma 3's vocabulary with that flag set, against llama.cpp."""
     info, _ = gemma
     flag = "tokenizer.ggml.add_space_prefix"
-    reference = LlamaCpp(with_pre(gemma_gguf(), None, {flag: True}))
+    copy = with_pre(gemma_gguf(), None, {flag: True}, folder=tmp_path)
+    reference = LlamaCpp(copy)
     try:
         counter = counter_from_info(dict(info, **{flag: True}))
         assert counter.count("hello") == len(reference.tokenize("hello")) and counter.ids("hello")[0] != \
@@ -139,6 +142,7 @@ def test_sentencepiece_with_a_space_prefix_counts_as_llama_cpp(gemma):
         assert _mismatches(counter, reference, every=3) == []
     finally:
         reference.close()
+        copy.unlink()
 
 
 @pytest.mark.slow

@@ -125,11 +125,14 @@ class LlamaCpp:
         self._server = None
 
 
-def with_pre(path: Path, pre: str | None, flags: dict[str, bool] | None = None) -> Path:
+def with_pre(path: Path, pre: str | None, flags: dict[str, bool] | None = None,
+             folder: Path | None = None) -> Path:
     """A copy of a GGUF whose ``tokenizer.ggml.pre`` is ``pre`` (None: as it was) and whose boolean
     keys in ``flags`` (``tokenizer.ggml.add_space_prefix``) are set so, everything else as it was, in
     the test cache: llama.cpp then splits the same vocabulary with that pre-tokenizer's expressions,
     which verifies the app's split for ``pre`` against llama.cpp's (tests/test_token_counter.py).
+    Written into ``folder`` (a test's temporary folder: each copy is the whole model, the caller
+    deletes it), else the test cache.
 
     The header is rewritten by hand (gguf's own copier reads every tensor: a minute on a busy
     machine): the key/value section with the new string, the tensor infos unchanged, the padding
@@ -138,7 +141,7 @@ def with_pre(path: Path, pre: str | None, flags: dict[str, bool] | None = None) 
 
     flags = flags or {}
     tag = "".join(f".{k.rsplit('.', 1)[-1]}-{int(v)}" for k, v in sorted(flags.items()))
-    target = CACHE / f"{path.stem}.pre-{pre}{tag}.gguf"
+    target = (folder or CACHE) / f"{path.stem}.pre-{pre}{tag}.gguf"
     if target.exists():
         return target
     data = path.read_bytes()
@@ -203,8 +206,8 @@ def with_pre(path: Path, pre: str | None, flags: dict[str, bool] | None = None) 
     data_at = pos + (-pos % alignment)
     out += b"\0" * (-len(out) % alignment)
     out += data[data_at:]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=CACHE, suffix=".gguf")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".gguf")
     with os.fdopen(fd, "wb") as fh:
         fh.write(out)
     os.replace(tmp, target)
