@@ -6,8 +6,10 @@ computed in one place, by component, for one model (seeds 000 and 003). The
 window is what the app sends as ``options.num_ctx`` on every request for that
 model, so Ollama never works in a window we did not budget for.
 
-Token counts are estimates: UTF-8 bytes divided by a bytes-per-token figure that
-starts at 4 (seed 000) and is calibrated per model and kind of text (chat, prose,
+Token counts are the model's own where the app has its tokenizer (issue 30: ``Budget.counter``,
+``ModelServer.counter``; the chat template's cost per message and per request learnt once per
+model, ``TemplateCosts``). Otherwise they are estimates: UTF-8 bytes divided by a bytes-per-token
+figure that starts at 4 (seed 000) and is calibrated per model and kind of text (chat, prose,
 Markdown, HTML, source, non-English) from the server's own prompt token count (``Usage``)
 after every call (``Calibration``).
 
@@ -54,6 +56,12 @@ def estimate_messages(messages: list[dict], bytes_per_token: float) -> int:
                for m in messages)
 
 
+def count_messages(messages: list[dict], counter, template: tuple[int, int]) -> int:
+    """Tokens of a chat request's messages by the model's own ``counter``, with the template's
+    cost per message (``template[0]``; the per-request part is the caller's)."""
+    return sum(counter.count(m.get("content") or "") for m in messages) + template[0] * len(messages)
+
+
 def observed_bpt(messages: list[dict], prompt_tokens: int | None) -> float | None:
     """The bytes per token one call's server count shows (None: too small to say anything)."""
     size = sum(len((m.get("content") or "").encode()) for m in messages)
@@ -95,6 +103,13 @@ class Budget:
     components: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)   # what did not fit, in words
     limited_by: str = ""             # what sets the window (``window_limit``): "memory" is said on the page
+    counter: object | None = None    # the model's exact counter (tokens.Counter); None: bytes per token
+    template: tuple[int, int] = (MESSAGE_OVERHEAD_TOKENS, 0)   # tokens per message, per request
+
+    @property
+    def exact(self) -> bool:
+        """The sizes are the model's own counts, not estimates."""
+        return self.counter is not None
 
     @property
     def used(self) -> int:
@@ -121,19 +136,42 @@ class Budget:
         return True
 
     def estimate(self, text: str) -> int:
+        """Tokens of ``text``: counted when the model's counter is known, else estimated."""
+        if self.counter is not None:
+            return self.counter.count(text)
         return estimate_tokens(text, self.bytes_per_token)
+
+    def messages_cost(self, messages: list[dict]) -> int:
+        """Tokens of ``messages`` with the template's per-message cost (counted or estimated)."""
+        if self.counter is not None:
+            return count_messages(messages, self.counter, self.template)
+        return estimate_messages(messages, self.bytes_per_token)
 
 
 def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float,
-               memory: int | None = None) -> Budget:
-    """A budget with the fixed reservations (reply, safety margin) taken; ``memory``: the largest
-    window the server's machine holds (None: no cap known)."""
+               memory: int | None = None, *, counter=None, template: tuple[int, int] | None = None) -> Budget:
+    """A budget with the fixed reservations (reply, safety margin) taken.  ``memory``: the largest
+    window the server's machine holds (None: no cap known); ``counter``: the model's exact counter
+    (``ModelServer.counter``), ``template``: its learnt template cost."""
     window, why = window_limit(config, model, trained, memory)
     effective = min(config.model(model).effective_context or window, window)
-    budget = Budget(model, window, effective, bytes_per_token, limited_by=why)
+    budget = Budget(model, window, effective, bytes_per_token, limited_by=why, counter=counter,
+                    template=template or (MESSAGE_OVERHEAD_TOKENS, 0))
     budget.components["reply"] = min(config.budget.reply_tokens, effective // 4)
-    budget.components["margin"] = math.ceil(config.budget.safety_margin * effective)
+    budget.components["margin"] = math.ceil(margin_share(config, counter is not None) * effective)
     return budget
+
+
+# What an exact count cannot know (issue 30): the template's tokens before a reply has taught them
+# (``DEFAULT_TEMPLATE`` over-counts then), a token where separately counted parts meet, a server whose
+# own tokenizer differs at the edges.  The configured margin is for the estimate's error.
+EXACT_MARGIN = 0.02
+
+
+def margin_share(config: Config, exact: bool) -> float:
+    """The share of the window kept free: the configured safety margin for an estimate, at most
+    ``EXACT_MARGIN`` when the sizes are the model's own counts."""
+    return min(config.budget.safety_margin, EXACT_MARGIN) if exact else config.budget.safety_margin
 
 
 def fit_history(budget: Budget, system: str, turns: list[list[dict]]) -> tuple[list[dict], int]:
@@ -142,12 +180,12 @@ def fit_history(budget: Budget, system: str, turns: list[list[dict]]) -> tuple[l
     ``turns`` holds each past turn's messages (user, assistant), oldest first.
     The oldest are dropped from the request, never from the session file.
     """
-    budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
+    budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
     kept: list[list[dict]] = []
     history_tokens = 0
     room = budget.remaining
     for messages in reversed(turns):
-        cost = estimate_messages(messages, budget.bytes_per_token)
+        cost = budget.messages_cost(messages)
         if history_tokens + cost > room:
             break
         kept.append(messages)
@@ -221,6 +259,8 @@ class Calibration:
         self._reply_share: dict[str, float] = {}
         self._embed_seconds: dict[str, float] = {}   # seconds per embedded piece, per embedding model
         self._lock = threading.Lock()
+        # issue 30: each model's chat-template cost, kept beside this file
+        self.templates = TemplateCosts(path.with_name("template_cost.json") if path else None)
         if path and path.exists():
             self._load()
 
@@ -372,6 +412,72 @@ class Calibration:
                                "embed_seconds": self._embed_seconds})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, text)
+
+
+# -- the chat template's cost, learnt (issue 30) ------------------------------------------------
+
+# Until a model's first reply says otherwise: more than any common template (ChatML: 5 a message
+# and 3 for the reply's turn; Gemma's: 5 and 3; Llama 3's: 5 and 4; 25 with a date line).
+DEFAULT_TEMPLATE = (8, 24)
+TEMPLATE_OBSERVATIONS = 8
+
+
+class TemplateCosts:
+    """What a model's chat template adds to a request, in tokens per message and per request,
+    learnt from a reply's ``prompt_tokens`` against the exactly counted content (``observe``).
+
+    One observation (n messages, overhead) per message count is kept, the largest seen (a server
+    that reused a cached prompt reports fewer); two different counts give the line through them,
+    one gives the whole overhead per message (more than true as soon as there are more messages:
+    on the safe side).  Kept in a small JSON file so a restart keeps it."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self._seen: dict[str, dict[int, int]] = {}
+        self._lock = threading.Lock()
+        if path and path.exists():
+            try:
+                data = json.loads(path.read_text())
+                self._seen = {m: {int(n): int(o) for n, o in obs.items()} for m, obs in data.items()}
+            except (OSError, ValueError, TypeError, AttributeError):
+                self._seen = {}
+
+    def cost(self, model: str) -> tuple[int, int]:
+        """(tokens per message, tokens per request) for ``model``; ``DEFAULT_TEMPLATE`` until learnt."""
+        with self._lock:
+            seen = dict(self._seen.get(model) or {})
+        if not seen:
+            return DEFAULT_TEMPLATE
+        if len(seen) == 1:
+            (n, overhead), = seen.items()
+            return math.ceil(overhead / n), 0
+        lo, hi = min(seen), max(seen)
+        per_message = max(0, math.ceil((seen[hi] - seen[lo]) / (hi - lo)))
+        per_request = max(0, max(o - per_message * n for n, o in seen.items()))
+        return per_message, per_request
+
+    def observe(self, model: str, messages: list[dict], prompt_tokens: int | None, counter) -> bool:
+        """Learn from one reply of ``model`` whose prompt the server counted ``prompt_tokens``;
+        False when the count says nothing (no count, a cut or cached prompt)."""
+        if not prompt_tokens or not messages or counter is None:
+            return False
+        content = sum(counter.count(m.get("content") or "") for m in messages)
+        overhead = prompt_tokens - content
+        n = len(messages)
+        if overhead <= 0 or overhead > 64 * n + 512:      # cut, cached, or not this template at all
+            return False
+        with self._lock:
+            seen = self._seen.setdefault(model, {})
+            if seen.get(n, -1) >= overhead:
+                return False
+            seen[n] = overhead
+            for middle in sorted(seen)[1:-1][:max(0, len(seen) - TEMPLATE_OBSERVATIONS)]:
+                seen.pop(middle)           # the fewest and the most messages span the line
+            text = json.dumps(self._seen)
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, text)
+        return True
 
 
 # -- the generated side of an analysis -------------------------------------------------------

@@ -233,6 +233,7 @@ def cmd_check(config: Config, args) -> int:
                   + (" (memory limits it)" if why == "memory" else ""))
             for line in fit.lines() if fit else []:
                 print(f"    {line}")
+            print(f"  {name}: {_token_counts(server, name)}")
         except ModelError as exc:
             problems.append(f"{name}: {exc}")
     if config.ollama.model not in models:
@@ -249,6 +250,20 @@ def cmd_check(config: Config, args) -> int:
     print(f"model: {config.ollama.model}")
     print("ok")
     return 0
+
+
+def _token_counts(server, model: str) -> str:
+    """Whether the app counts ``model``'s tokens exactly, and why not (issue 30).  Builds the counter
+    (and keeps it in data/tokenizers, so the app's first chat need not fetch the vocabulary)."""
+    from .modelserver.tokens import VERIFIED_PRE
+
+    server.counter(model, wait=True)
+    state, detail = server.counter_state(model)
+    if state == "exact":
+        verified = VERIFIED_PRE.get(detail.split("/")[-1], "")
+        return f"token counts exact ({detail}; verified with {verified})" if verified else \
+            f"token counts exact ({detail})"
+    return f"token counts estimated from bytes per token: {detail or 'the vocabulary could not be fetched'}"
 
 
 def cmd_set_password(config: Config, args) -> int:

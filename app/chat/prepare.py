@@ -59,7 +59,10 @@ class Prepared:
 
     @property
     def estimate(self) -> int:
-        """The request's tokens: the chat's figure for the words, each file's own for its text."""
+        """The request's tokens: counted with the model's counter when it has one (issue 30), else
+        the chat's figure for the words and each file's own for its text."""
+        if self.budget.exact:
+            return self.budget.messages_cost(self.messages) + self.budget.template[1]
         bpt = self.budget.bytes_per_token
         at_chat = sum(estimate_tokens(f.text, bpt) for f in self.files)
         return estimate_messages(self.messages, bpt) - at_chat + sum(f.tokens for f in self.files)
@@ -209,17 +212,25 @@ def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fo
                          notes=[notes.compact(summarised, model, left_out)])
 
 
+def chat_budget(svc, model: str) -> Budget:
+    """A new budget for ``model``, counted with its own tokenizer when the server gave one
+    (``ModelServer.counter`` never waits: until the counter is built, the estimate)."""
+    counter = svc.models.counter(model)
+    template = svc.calibration.templates.cost(model) if counter is not None else None
+    return new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
+                      svc.models.memory_window(model), counter=counter, template=template)
+
+
 def prepare_files(svc, text: str, model: str) -> Prepared:
     """The part of a turn that reads files: the budget of the system prompt, the message and the
     files it names, each file sized, read if it fits, or routed to the card.  It does not depend
     on the session, so ``turns.send`` runs it before taking the session's lock (issue 23)."""
     config = svc.config
-    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
-                        svc.models.memory_window(model))
+    budget = chat_budget(svc, model)
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
-    budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
-    budget.components["message"] = estimate_messages([{"content": text}], budget.bytes_per_token)
+    budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
+    budget.components["message"] = budget.messages_cost([{"content": text}])
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget, cap=config.chat.reply_tokens)
     _add_files(svc, prepared, text)
@@ -275,7 +286,7 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     for wf in files:
         _refuse_unreadable(wf)
         try:
-            tokens, bpt = _file_tokens(svc, prepared.model, wf)
+            tokens, bpt = _file_tokens(svc, prepared.model, wf, budget.counter)
             if _routed(config, prepared, wf, tokens, len(files)):
                 continue
             doc = chunking.read_document(wf.path)
@@ -285,7 +296,11 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
         except (chunking.ChunkingError, OSError) as exc:
             prepared.notices.append(f"{wf.name} was not included: it could not be read ({exc.__class__.__name__}).")
             continue
-        block = FileBlock(wf, doc.text, estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS, doc.decode_note or "")
+        if budget.exact:
+            size = budget.estimate(_file_block(wf.name, doc.text))      # the block as sent, counted
+        else:
+            size = estimate_tokens(doc.text, bpt) + FILE_BLOCK_TOKENS
+        block = FileBlock(wf, doc.text, size, doc.decode_note or "")
         if _routed(config, prepared, wf, block.tokens, len(files)):
             continue                     # the sample said it fits, its text says otherwise
         if block.note:
@@ -304,7 +319,9 @@ def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: i
     """A file too large for what is left goes to the alert card (the only file named) or is
     skipped and offered the analysis; True when it was routed so (and is not to be read)."""
     remaining = prepared.budget.remaining
-    too_big = tokens > config.chunking.threshold * remaining
+    # The threshold's room is for an estimate's error; a counted file needs only to fit (issue 30).
+    threshold = 1.0 if prepared.budget.exact else config.chunking.threshold
+    too_big = tokens > threshold * remaining
     if too_big and named == 1 and config.chunking.enabled:
         prepared.overflow.append(wf)
         return True
@@ -314,7 +331,7 @@ def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: i
     return False
 
 
-def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, float]:
+def _file_tokens(svc, model: str, wf: WorkspaceFile, counter=None) -> tuple[int, float]:
     """A named file's tokens at its own kind's cautious figure, estimated before it is read, and
     the figure.
 
@@ -325,10 +342,32 @@ def _file_tokens(svc, model: str, wf: WorkspaceFile) -> tuple[int, float]:
     a large file is neither read nor extracted to be measured (issue 23).
     """
     measured = chunking.measure(wf.path)
+    if counter is not None and measured.sample:
+        return _counted_file_tokens(counter, wf, measured)
     kind = calibration_kind(measured.kind, measured.sample)
     _count_exactly(svc, model, kind, measured.sample)
     bpt = svc.calibration.bytes_per_token(model, kind, conservative=True)
     return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
+
+
+def _counted_file_tokens(counter, wf: WorkspaceFile, measured) -> tuple[int, float]:
+    """A named file's tokens by the model's own count (issue 30): exact when the measured sample is
+    the whole text (a text file up to ``chunking.SAMPLE_BYTES``), else the sample's counted density
+    times the text's size (a bounded sample: a large file is not read whole during a request); and
+    the bytes per token that shows."""
+    sample_bytes = len(measured.sample.encode("utf-8"))
+    whole = not measured.pages and measured.text_bytes <= sample_bytes
+    if whole:
+        tokens = counter.count(_file_block(wf.name, measured.sample))
+        return tokens, max(1.0, sample_bytes / max(1, tokens))
+    sample_tokens = max(1, counter.count(measured.sample))
+    bpt = max(1.0, sample_bytes / sample_tokens)
+    return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
+
+
+def _file_block(name: str, text: str) -> str:
+    """An included file as the prompt carries it (``_with_files``)."""
+    return f'\n\n<file name="{name}">\n{text}\n</file>'
 
 
 def _count_exactly(svc, model: str, kind: str, sample: str) -> None:
@@ -368,7 +407,7 @@ def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
     """The user's message with each included file as a clearly delimited block."""
     parts = [text]
     for block in blocks:
-        parts.append(f'\n\n<file name="{block.file.name}">\n{block.text}\n</file>')
+        parts.append(_file_block(block.file.name, block.text))
     skipped = prepared.skipped
     if skipped:
         parts.append(f"\n\n[Note: {len(skipped)} additional file(s) exceeded the context budget and were "

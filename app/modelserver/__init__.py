@@ -31,11 +31,13 @@ def connect(config, *, connect_timeout: float | None = None, read_timeout: float
     if section.api == "openai":
         from .openai import OpenAIServer
 
-        return OpenAIServer(section.url, **timeouts)
-    from .memory import machine_for
-    from .ollama import OllamaServer
+        server = OpenAIServer(section.url, **timeouts)
+    else:
+        from .memory import machine_for
+        from .ollama import OllamaServer
 
-    server = OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
-    # Ollama takes whatever window the app sends, so the app keeps it to what the machine holds.
-    server.machine = machine_for(section.url, section.parallel, section.server_memory, section.kv_cache_type)
+        server = OllamaServer(section.url, keep_alive=section.keep_alive, **timeouts)
+        # Ollama takes whatever window the app sends, so the app keeps it to what the machine holds.
+        server.machine = machine_for(section.url, section.parallel, section.server_memory, section.kv_cache_type)
+    server.token_counters.cache_dir = config.data_path / "tokenizers"   # built vocabularies, by digest
     return server

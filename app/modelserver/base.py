@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..errors import ModelError
+from .counting import TokenCounters
 from .errors import Cancelled
 from .memory import MEASURED_KEPT, KvShape, Machine, Measured, MemoryFit, excess, largest_window
+from .tokens import Counter, Unbuildable
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +218,7 @@ class ModelServer(ABC):
         self._weights: dict[str, int | None] = {}
         self._measured: dict[str, dict[int, int]] = {}    # model -> {window: bytes beyond the estimate}
         self._loaded: set[str] = set()                     # models a reply finished on, not looked at since
+        self.token_counters = TokenCounters(self._build_counter, self._counter_key)
 
     def __str__(self) -> str:
         """For messages: "Ollama at http://127.0.0.1:11434"."""
@@ -396,3 +399,29 @@ class ModelServer(ABC):
     def count_tokens(self, model: str, text: str) -> int | None:
         """The server's exact token count of ``text``, or None where it has no tokenizer endpoint."""
         return None
+
+    # -- exact token counts (issue 30) ---------------------------------------------------
+
+    def counter(self, model: str, wait: bool = False) -> Counter | None:
+        """The model's exact token counter, or None: the caller uses the bytes-per-token estimate.
+
+        Never waits for a build unless ``wait`` (the worker may; a request must not): the first
+        ask starts it in the background (``counting.TokenCounters``)."""
+        return self.token_counters.get(model, wait=wait)
+
+    def counter_state(self, model: str) -> tuple[str, str]:
+        """("exact", which tokenizer) | ("estimated", why) | ("building", "") | ("unknown", "")."""
+        return self.token_counters.state(model)
+
+    def _build_counter(self, model: str) -> Counter:
+        """Build the model's counter (slow: runs off the request path); raises ``Unbuildable``."""
+        raise Unbuildable(f"{self.name} gives no tokenizer")
+
+    def _counter_key(self, model: str) -> str | None:
+        """What identifies the model's vocabulary on disk (Ollama: its digest); None: not kept."""
+        return None
+
+    def digest(self, model: str) -> str | None:
+        """The model's digest where the server says it (a model pulled again under the same name is
+        another model: its counter and its stored vectors are not the old one's); None: unknown."""
+        return self._counter_key(model)

@@ -63,7 +63,27 @@ class OllamaServer(HttpServer):
         """``/api/tags``: the names as ``ollama list`` shows them (what ``@name`` routes to)."""
         response = self._request("GET", "/api/tags", timeout=10.0)
         _raise_for(response)
-        return [m.get("name") or m.get("model") for m in response.json().get("models", [])]
+        listed = response.json().get("models", [])
+        self._digests = {(m.get("name") or m.get("model")): m.get("digest") or "" for m in listed}
+        return [m.get("name") or m.get("model") for m in listed]
+
+    def _counter_key(self, model: str) -> str | None:
+        """The model's digest from ``/api/tags``: a model pulled again is a new vocabulary."""
+        self.models()                                  # the list of a few seconds ago will do
+        digests = getattr(self, "_digests", {})
+        if model not in digests:
+            self.models(max_age=0.0)
+            digests = getattr(self, "_digests", {})
+        return digests.get(model) or None
+
+    def _build_counter(self, model: str):
+        """The vocabulary from ``/api/show`` with ``verbose`` (without it the long arrays are empty),
+        built into an exact counter (``tokens``); raises ``Unbuildable`` with the reason."""
+        from .tokens import counter_from_info
+
+        response = self._request("POST", "/api/show", json={"model": model, "verbose": True}, timeout=120.0)
+        _raise_for(response, model=model)
+        return counter_from_info(response.json().get("model_info") or {})
 
     def _fetch_facts(self, model: str) -> ModelFacts:
         """``/api/show``: a 404 is a model that is not installed (the message says how to get it)."""

@@ -149,6 +149,15 @@ class OpenAIServer(HttpServer):
         self._tokenize = True
         return len(_json(response).get("tokens", []))
 
+    def _build_counter(self, model: str):
+        """No counter in the app: a count over HTTP for every message on the request path costs a
+        request each; llama-server's ``/tokenize`` instead gives each kind of text its exact figure
+        from a file's sample (``count_tokens``, ``Calibration.observe_count``)."""
+        from .tokens import Unbuildable
+
+        raise Unbuildable("an OpenAI-compatible server's vocabulary is not served; llama-server's /tokenize "
+                          "calibrates the estimate from each kind of text's sample")
+
     # -- chat -------------------------------------------------------------------------
 
     def chat(self, model: str, messages: list[dict], *, num_ctx: int, num_predict: int | None = None,

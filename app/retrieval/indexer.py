@@ -236,14 +236,11 @@ class Indexer:
 
     def key_base(self, model: str) -> str:
         """What a model's stored vectors are keyed by, before their dimension: its name and, when
-        the model server says it (an optional ``digest(model)`` of the model server), its digest."""
-        ask = getattr(self.models, "digest", None)
-        digest = None
-        if callable(ask):
-            try:
-                digest = ask(model)
-            except HarveyError:
-                digest = None
+        the model server says it (``ModelServer.digest``), its digest."""
+        try:
+            digest = self.models.digest(model)
+        except HarveyError:
+            digest = None
         return f"{model}@{digest[:12]}" if isinstance(digest, str) and digest else model
 
     def current(self, index: Index, model: str) -> bool:

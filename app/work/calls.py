@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from ..budget import Calibration, estimate_messages
+from ..budget import Calibration, count_messages, estimate_messages
 from ..errors import ModelError
 from ..modelserver import Cancelled, ChatStream, ContextExceeded, ModelServer, Usage
 from .activity import Activity
@@ -106,23 +106,41 @@ class ModelCalls:
         may use whatever the budget left); otherwise a request that does not fit with its
         whole cap is refused (a map call's chunk must then be cut smaller instead).
         """
-        room = request.window - request.estimate
+        prompt = self.prompt_tokens(request)
+        room = request.window - prompt
         if fit_reply:
             request.num_predict = min(request.num_predict, room)
-        if request.num_predict < MIN_REPLY_TOKENS or request.estimate + request.num_predict > request.window:
+        if request.num_predict < MIN_REPLY_TOKENS or prompt + request.num_predict > request.window:
             raise ContextExceeded(
-                f"A request of about {request.estimate:,} tokens plus {max(0, request.num_predict):,} for the "
+                f"A request of about {prompt:,} tokens plus {max(0, request.num_predict):,} for the "
                 f"reply would exceed the window of {request.window:,} tokens; nothing was sent.")
         stream = self.server.chat(request.model, request.messages, num_ctx=request.window,
                                   num_predict=request.num_predict, format=request.format)
         activity.attach(stream)
         return stream
 
+    def prompt_tokens(self, request: Request) -> int:
+        """The request's prompt tokens: the caller's figure if it gave one, else the model's own count
+        with its learnt template cost when its counter is known (issue 30: map, reduce, compact and
+        help calls fit by the true count), else the bytes-per-token estimate."""
+        if request.tokens is not None:
+            return request.tokens
+        counter = self.server.counter(request.model)
+        if counter is None:
+            return request.estimate
+        template = self.calibration.templates.cost(request.model)
+        return count_messages(request.messages, counter, template) + template[1]
+
     def close(self, activity: Activity, stream: ChatStream, request: Request) -> str:
         """Detach the ended call and learn from its counts; returns a calibration warning or ""."""
         activity.detach(stream)
         if stream.usage is None:
             return ""
+        counter = self.server.counter(request.model)
+        if counter is not None:
+            # issue 30: the template's cost per model, from the replies' counts (the first one teaches it)
+            self.calibration.templates.observe(request.model, request.messages, stream.usage.prompt_tokens,
+                                               counter)
         return self.calibration.observe(request.model, request.messages, stream.usage, kind=request.kind,
                                         num_predict=request.num_predict) or ""
 

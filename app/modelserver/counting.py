@@ -1,0 +1,164 @@
+"""Each model's token counter, loaded once and off the request path (issue 30).
+
+``TokenCounters`` belongs to one ``ModelServer``. ``get(model)`` never waits for a build: the
+first ask starts one on a background thread (fetching an Ollama model's whole vocabulary,
+8 MB of JSON for Gemma's 262k tokens, and building it takes seconds on a Pi) and answers None,
+so the page is served with the bytes-per-token estimate; every later ask gets the counter.
+``get(model, wait=True)`` builds in the calling thread: for the worker (an analysis plan),
+which is off the request path already.
+
+Kept: the two most recently used counters in memory (an LRU of 2: a Pi has room for a chat
+model's and a second model's vocabulary, not for every installed model's), and each built
+tokenizer on disk by the model's digest (``data/tokenizers/DIGEST.json``) so a restart does
+not fetch the vocabulary again. A model that cannot be counted exactly is remembered with the
+reason (also on disk, ``DIGEST.none``), so it is not fetched again either; ``state`` tells
+``harvey check`` which it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable
+
+from ..storage import atomic_write_text
+from .tokens import Counter, Unbuildable
+
+log = logging.getLogger(__name__)
+
+KEPT_IN_MEMORY = 2
+RETRY_AFTER_S = 30.0   # after a failed build (the server down, the model not there yet)
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class TokenCounters:
+    """Counters by model for one server; thread-safe."""
+
+    def __init__(self, build: Callable[[str], Counter], key: Callable[[str], str | None],
+                 cache_dir: Path | None = None):
+        self._build = build            # model -> Counter, raises Unbuildable (or a ModelError)
+        self._key = key                # model -> its digest (None: not known; nothing on disk)
+        self.cache_dir = cache_dir
+        self._memory: OrderedDict[str, Counter] = OrderedDict()
+        self._refused: dict[str, str] = {}     # model -> why it is estimated
+        self._building: dict[str, threading.Thread] = {}
+        self._failed: dict[str, float] = {}    # model -> when its last build failed (monotonic)
+        self._lock = threading.Lock()
+
+    # -- asking ----------------------------------------------------------------------------
+
+    def get(self, model: str, wait: bool = False) -> Counter | None:
+        """The model's counter; None while it is built in the background (``wait``: until it is
+        built) or when it cannot be exact (``state`` says why).  A build that failed (the server
+        down) is tried again after ``RETRY_AFTER_S``, not on every page."""
+        with self._lock:
+            counter = self._memory.get(model)
+            if counter is not None:
+                self._memory.move_to_end(model)
+                return counter
+            if model in self._refused:
+                return None
+            thread = self._building.get(model)
+            if thread is None:
+                if not wait and time.monotonic() - self._failed.get(model, -RETRY_AFTER_S) < RETRY_AFTER_S:
+                    return None
+                thread = threading.Thread(target=self._load, args=(model,), name=f"tokenizer {model}", daemon=True)
+                self._building[model] = thread
+                thread.start()
+        if not wait:
+            return None
+        thread.join()
+        with self._lock:
+            return self._memory.get(model)
+
+    def state(self, model: str) -> tuple[str, str]:
+        """("exact", what) | ("building", "") | ("estimated", why) | ("unknown", "") for messages."""
+        with self._lock:
+            if model in self._memory:
+                return "exact", self._memory[model].name
+            if model in self._refused:
+                return "estimated", self._refused[model]
+            if model in self._building:
+                return "building", ""
+        return "unknown", ""
+
+    def forget(self, model: str) -> None:
+        """Drop what is known of a model (it was pulled again: a new digest)."""
+        with self._lock:
+            self._memory.pop(model, None)
+            self._refused.pop(model, None)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load(self, model: str) -> None:
+        """From disk by digest, else built from the server (and saved); never raises."""
+        try:
+            counter, refused = self._load_or_build(model)
+        except Exception as exc:       # a server error: nothing kept, the next ask tries again
+            log.warning("no token counter for %s yet: %s", model, exc)
+            counter, refused = None, None
+        with self._lock:
+            self._building.pop(model, None)
+            if counter is None and refused is None:
+                self._failed[model] = time.monotonic()
+            if counter is not None:
+                self._memory[model] = counter
+                self._memory.move_to_end(model)
+                while len(self._memory) > KEPT_IN_MEMORY:
+                    self._memory.popitem(last=False)
+            elif refused is not None:
+                self._refused[model] = refused
+
+    def _load_or_build(self, model: str) -> tuple[Counter | None, str | None]:
+        key = self._key(model)
+        path = self._path(key)
+        if path is not None:
+            if path.exists():
+                counter = Counter.loads(path.read_text(encoding="utf-8"))
+                _release_memory()
+                return counter, None
+            refused = path.with_suffix(".none")
+            if refused.exists():
+                return None, refused.read_text(encoding="utf-8").strip()
+        try:
+            counter = self._build(model)
+        except Unbuildable as exc:
+            log.info("token counts for %s are estimated: %s", model, exc)
+            if path is not None:
+                self._save(path.with_suffix(".none"), str(exc))
+            return None, str(exc)
+        if path is not None:
+            self._save(path, counter.dumps())
+        _release_memory()
+        log.info("exact token counter for %s ready (%s)", model, counter.name)
+        return counter, None
+
+    def _path(self, key: str | None) -> Path | None:
+        if not key or self.cache_dir is None:
+            return None
+        return self.cache_dir / f"{_SAFE.sub('_', key)}.json"
+
+
+
+    @staticmethod
+    def _save(path: Path, text: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+        except OSError as exc:          # a full SD card costs the cache, not the counter
+            log.warning("could not keep the tokenizer at %s: %s", path, exc)
+
+
+def _release_memory() -> None:
+    """Give the C heap's free pages back after a build (glibc keeps them: a 262k-token vocabulary's
+    build leaves ~250 MB resident that is free inside the process); nothing where there is no glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
