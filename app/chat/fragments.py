@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from flask import render_template, url_for
 from markupsafe import Markup
 
+from .. import filenames
 from ..analysis.job import SETTLED
 from ..render import markdown
 from ..services import services
@@ -77,9 +78,23 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     if read.error:
         view.error = prepare.error_view(*read.error, api=api)
+        if view.error["kind"] == "missing_file":
+            view.error["fix"] = missing_fix(turn.user_text or "", view.error["detail"])
         view.partial_kept = bool(turn.reply)
     view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read) else "")
     return view
+
+
+def missing_fix(text: str, detail: str) -> dict | None:
+    """The missing-file card's one tap: the message with each missing name replaced by its near
+    match (None when a name has none: only "Send without it" is offered)."""
+    missing = filenames.missing_in(detail)
+    if not missing or not all(m.suggestion for m in missing):
+        return None
+    fixed = text
+    for m in missing:
+        fixed = filenames.with_name(fixed, m.name, m.suggestion)
+    return {"text": fixed, "names": ", ".join(m.suggestion for m in missing)} if fixed != text else None
 
 
 NEVER_FINISHED = "the server stopped before the reply was finished"

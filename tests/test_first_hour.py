@@ -1,0 +1,113 @@
+"""Issue 33, "the first hour": what a new user stumbles on, through waitress against scripted Ollama.
+
+A named file that is not there is never sent as if it were; any workspace file can be named
+(extensionless, quoted with spaces); uploads keep their extension; the picker offers chat
+models only; the small things.
+"""
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import make_config, send_and_finish
+
+
+@pytest.fixture
+def workspace(live):
+    folder = Path(live.config.workspace)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _send(live, name, message, **form):
+    response = live.post(f"/s/{name}/messages", data={"message": message, **form})
+    assert response.status_code == 200, response.text
+    return html.unescape(response.text)
+
+
+def _last_user_message(scripted) -> str:
+    return scripted.chats()[-1].body["messages"][-1]["content"]
+
+
+# -- a named file that is not there ------------------------------------------------------------
+
+def test_a_missing_file_is_said_and_nothing_is_sent(live, scripted, workspace):
+    name = live.open_session()
+    page = _send(live, name, "Summarize notes.md for me")
+    assert "No such file" in page and "“notes.md”" in page
+    assert str(live.config.workspace) in page                       # where it looked
+    assert "Send without it" in page and "Re-send this message" not in page
+    assert scripted.chats() == []                                    # the model never saw it
+    turn = live.services.store.load(name).turns[-1]
+    assert turn.user_text == "Summarize notes.md for me" and turn.reply is None
+
+
+def test_a_misspelt_name_offers_its_near_match_in_one_tap(live, scripted, workspace):
+    (workspace / "licenses.txt").write_text("MIT for the parser, Apache-2.0 for the rest.\n")
+    name = live.open_session()
+    page = _send(live, name, "What does licences.txt say?")
+    assert "did you mean “licenses.txt”" in page and scripted.chats() == []
+    fix = re.search(r'name="message" value="([^"]*)">\s*<input[^>]*name="model"[^>]*>\s*'
+                    r'<button class="button" type="submit">Send with licenses.txt</button>', page)
+    assert fix and fix.group(1) == "What does licenses.txt say?"
+    response = live.post(f"/s/{name}/turns/0/resend", data={"message": fix.group(1), "model": "tiny:1b"})
+    assert response.status_code == 200, response.text
+    list(live.sse(f"/s/{name}/turns/0/stream"))
+    assert '<file name="licenses.txt">' in _last_user_message(scripted)
+    turns = live.services.store.load(name).turns
+    assert len(turns) == 1 and turns[0].user_text == "What does licenses.txt say?"   # the refusal replaced
+
+
+def test_send_without_it_tells_the_model_plainly(live, scripted, workspace):
+    name = live.open_session()
+    _send(live, name, "Summarize notes.md for me")
+    response = live.post(f"/s/{name}/turns/0/resend", data={"message": "Summarize notes.md for me",
+                                                            "model": "tiny:1b", "missing_ok": "1"})
+    assert response.status_code == 200, response.text
+    list(live.sse(f"/s/{name}/turns/0/stream"))
+    sent = _last_user_message(scripted)
+    assert "notes.md" in sent and "not available" in sent and "Do not guess" in sent
+    turn = live.services.store.load(name).turns[-1]
+    assert turn.reply and any("Not in the workspace: notes.md" in n for n in turn.notes)
+
+
+def test_words_that_are_not_files_still_send(live, scripted, workspace):
+    name = live.open_session()
+    send_and_finish(live, name, "e.g. version 1.2 of example.com, i.e. the 'best' one")
+    assert len(scripted.chats()) == 1
+
+
+# -- any workspace file can be named -------------------------------------------------------------
+
+def test_an_extensionless_file_is_named_by_its_real_name(live, scripted, workspace):
+    (workspace / "Makefile").write_text("all:\n\techo built\n")
+    name = live.open_session()
+    send_and_finish(live, name, "What does the Makefile do?")
+    assert '<file name="Makefile">' in _last_user_message(scripted)
+
+
+def test_a_quoted_name_with_spaces_is_named(live, scripted, workspace):
+    (workspace / "q3 report.md").write_text("# Q3\n\nRevenue rose 4%.\n")
+    name = live.open_session()
+    send_and_finish(live, name, 'Summarize "q3 report.md" please')
+    assert '<file name="q3 report.md">' in _last_user_message(scripted)
+
+
+def test_an_unquoted_name_with_spaces_offers_the_quoted_one(live, scripted, workspace):
+    (workspace / "q3 report.md").write_text("# Q3\n\nRevenue rose 4%.\n")
+    name = live.open_session()
+    raw = live.post(f"/s/{name}/messages", data={"message": "Summarize q3 report.md please"}).text
+    assert scripted.chats() == [] and "Send with q3 report.md" in raw
+    values = [html.unescape(v) for v in re.findall(r'name="message" value="([^"]*)"', raw)]
+    assert 'Summarize "q3 report.md" please' in values
+
+
+# -- cards that cannot help -----------------------------------------------------------------------
+
+def test_a_not_text_card_offers_no_resend(live, scripted, workspace):
+    (workspace / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    name = live.open_session()
+    page = _send(live, name, "Describe photo.png")
+    assert "not text" in page and "Re-send this message" not in page and scripted.chats() == []
