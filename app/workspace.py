@@ -156,10 +156,27 @@ class Named:
         self.missing += [m for m in other.missing if m not in self.missing]
 
 
+MAX_NAME_CHARS = 80      # an upload's stored name: readable on a phone, nameable in a message
+
+
 def safe_filename(filename: str) -> str:
-    """A plain file name: no folders, no leading dots, only safe characters."""
+    """A plain file name: no folders, no leading dots, only safe characters, at most
+    ``MAX_NAME_CHARS`` long with its extension kept (issue 33: a name cut at 120 characters
+    lost its extension and could not be named afterwards)."""
     name = Path((filename or "").replace("\\", "/")).name
     name = re.sub(r"[^\w.\-]+", "_", name).lstrip(".")
     if not name or name in ("_",):
         raise WorkspaceError("The upload has no usable file name.")
-    return name[:120]
+    return shortened(name)
+
+
+def shortened(name: str, limit: int = MAX_NAME_CHARS) -> str:
+    """``name`` within ``limit`` characters, its extension (``.md``, ``.tar.gz``) kept whole."""
+    if len(name) <= limit:
+        return name
+    ext = re.search(r"(?:\.[A-Za-z0-9]{1,10}){1,2}$", name)
+    suffix = ext.group(0) if ext and ext.start() > 0 else ""
+    if len(suffix) > limit // 2:
+        suffix = suffix[-(limit // 2):]
+    stem = name[:len(name) - len(suffix)][:limit - len(suffix)].rstrip("._-") or "file"
+    return stem + suffix

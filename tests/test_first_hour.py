@@ -111,3 +111,44 @@ def test_a_not_text_card_offers_no_resend(live, scripted, workspace):
     name = live.open_session()
     page = _send(live, name, "Describe photo.png")
     assert "not text" in page and "Re-send this message" not in page and scripted.chats() == []
+
+
+# -- uploads and the Files page ---------------------------------------------------------------------
+
+LONG = ("quarterly-report-of-the-raspberry-pi-fan-noise-measurements-" * 4)[:223] + ".md"
+
+
+def test_a_long_upload_keeps_its_extension_and_can_be_named(live, scripted, workspace):
+    name = live.open_session()
+    response = live.post("/files/upload", data={"session": name},
+                         files={"file": (LONG, b"# Fan\n\nloud\n", "text/markdown")})
+    assert response.status_code == 200, response.text
+    stored = re.search(r'data-attached="([^"]+)"', response.text).group(1)
+    assert stored.endswith(".md") and len(stored) <= 80 and (workspace / stored).is_file()
+    send_and_finish(live, name, f"Summarize {stored}")
+    assert f'<file name="{stored}">' in _last_user_message(scripted)
+
+
+def test_the_files_page_names_the_folder_and_offers_nothing_for_a_binary(live, scripted, workspace):
+    (workspace / "notes.md").write_text("# Notes\n")
+    (workspace / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(1000) + bytes(range(256)) * 160)
+    name = live.open_session()
+    page = html.unescape(live.get(f"/files/?session={name}").text)
+    assert str(live.config.workspace) in page
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'<strong class="file-name">([^<]+)</strong>(.*?)</li>',
+                                                         page, re.S)}
+    assert "Ask about it" in rows["notes.md"] and "Analyse in chunks" in rows["notes.md"]
+    assert "Ask about it" not in rows["tool"] and "Analyse" not in rows["tool"]
+    assert "tokens" not in rows["tool"] and "not text" in rows["tool"]
+
+
+def test_analysing_a_binary_from_the_files_page_says_why_without_the_server_path(live, scripted, workspace):
+    (workspace / "tool").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(1000))
+    name = live.open_session()
+    response = live.post(f"/s/{name}/analysis/direct", data={"file": "tool", "back": "files"},
+                         headers={"HX-Request": ""})
+    assert response.status_code == 200 and "/files/" in str(response.url)
+    flash = html.unescape(re.search(r'<p class="flash error"[^>]*>(.*?)</p>', response.text, re.S).group(1))
+    assert flash.startswith("tool cannot be analysed") and str(live.config.workspace_path) + "/" not in flash
+    plain = live.post(f"/s/{name}/analysis/direct", data={"file": "tool"}, headers={"HX-Request": ""})
+    assert plain.status_code == 400 and str(live.config.workspace_path) + "/" not in plain.text
