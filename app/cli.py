@@ -237,6 +237,9 @@ def cmd_check(config: Config, args) -> int:
             trained = server.window(name)
             window = context_window(config, name, trained)
             marker = "*" if name == config.ollama.model else " "
+            if "embedding" in server.facts(name).capabilities and "completion" not in server.facts(name).capabilities:
+                print(f"{marker} {name}: embedding model (retrieval search by meaning), input {trained or 'unknown'} tokens")
+                continue
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}")
         except ModelError as exc:
             problems.append(f"{name}: {exc}")

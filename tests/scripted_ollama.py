@@ -162,6 +162,7 @@ class ScriptedOllama:
         self.max_in_flight = 0           # the most chat requests ever answered at once
         self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
+        self.capabilities: dict[str, list[str]] = {}   # /api/show's "capabilities" of a model, where set
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -357,10 +358,13 @@ def _handler_for(server: ScriptedOllama):
             name = body.get("model")
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
-            self._json(200, {
+            shown = {
                 "details": {"family": "llama", "parameter_size": "1B"},
                 "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
-            })
+            }
+            if name in server.capabilities:
+                shown["capabilities"] = server.capabilities[name]
+            self._json(200, shown)
 
         def _embed(self, body):
             if body.get("model") not in server.models:

@@ -152,3 +152,39 @@ def test_analysing_a_binary_from_the_files_page_says_why_without_the_server_path
     assert flash.startswith("tool cannot be analysed") and str(live.config.workspace_path) + "/" not in flash
     plain = live.post(f"/s/{name}/analysis/direct", data={"file": "tool"}, headers={"HX-Request": ""})
     assert plain.status_code == 400 and str(live.config.workspace_path) + "/" not in plain.text
+
+
+# -- the picker offers chat models only -------------------------------------------------------------
+
+def _picker(page: str) -> list[str]:
+    select = re.search(r'<select id="model".*?</select>', page, re.S).group(0)
+    return re.findall(r'<option value="([^"]+)"', select)
+
+
+def test_the_picker_offers_chat_models_only(tmp_path, make_live):
+    from scripted_ollama import ScriptedOllama
+
+    with ScriptedOllama(models={"tiny:1b": 8192, "all-minilm": 512, "nomic-embed-text": 2048}) as server:
+        server.capabilities = {"tiny:1b": ["completion"], "all-minilm": ["embedding"]}
+        live = make_live(make_config(tmp_path, server.url))
+        picker = _picker(live.get("/").text)
+        assert picker == ["tiny:1b"]          # all-minilm by what /api/show says; nomic-embed-text by its name
+
+
+def test_harvey_check_shows_an_embedding_model_as_one(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from scripted_ollama import ScriptedOllama
+
+    root = Path(__file__).resolve().parent.parent
+    with ScriptedOllama(models={"tiny:1b": 8192, "all-minilm": 512}) as server:
+        server.capabilities = {"tiny:1b": ["completion"], "all-minilm": ["embedding"]}
+        (tmp_path / "harvey.yaml").write_text(f"ollama:\n  url: {server.url}\n  model: tiny:1b\n"
+                                              f"workspace: {tmp_path / 'ws'}\nsessions_dir: {tmp_path / 's'}\n"
+                                              f"data_dir: {tmp_path / 'd'}\n")
+        result = subprocess.run([sys.executable, "-m", "app.cli", "check"], cwd=tmp_path, capture_output=True,
+                                text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=30)
+    assert "all-minilm: embedding model (retrieval search by meaning)" in result.stdout, result.stdout
+    assert "* tiny:1b: trained context 8192" in result.stdout

@@ -21,7 +21,7 @@ from ..services import services
 from ..sessions import fountain, notes
 from ..sessions.store import Session
 from . import prepare
-from .status import installed, match_model, session_model, status_for
+from .status import chat_models, installed, match_model, session_model, status_for
 
 
 @dataclass
@@ -165,6 +165,7 @@ def page_context(session: Session, **extra) -> dict:
     """What every chat template needs: models, the model in use, busy state, the status line."""
     svc = services()
     models, problem = installed(svc)
+    models = chat_models(svc, models)              # the picker: chat models only (issue 33)
     model = extra.pop("model", None) or session_model(svc, session, models)
     status = status_for(svc, session, model)
     if problem and not status["problem"]:

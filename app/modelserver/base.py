@@ -70,6 +70,7 @@ class ModelFacts:
     architecture: str = ""
     context_length: int | None = None   # the largest window the server allows, if it says (Ollama: the
     #                                     trained length; an OpenAI-compatible server: the window it serves)
+    capabilities: tuple[str, ...] = ()  # what the server says the model does ("completion", "embedding"); () unsaid
 
 
 class ChatStream(ABC):
