@@ -188,3 +188,22 @@ def test_harvey_check_shows_an_embedding_model_as_one(tmp_path):
                                 text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=30)
     assert "all-minilm: embedding model (retrieval search by meaning)" in result.stdout, result.stdout
     assert "* tiny:1b: trained context 8192" in result.stdout
+
+
+# -- the session page lists each answer's sources ---------------------------------------------------
+
+def test_the_session_page_lists_an_answers_sources_and_opens_their_passages(live):
+    from bs4 import BeautifulSoup
+
+    from cited import cited_session
+
+    s = cited_session(live)
+    soup = BeautifulSoup(live.get(f"/sessions/{s['name']}").text, "html.parser")
+    listed = soup.select(".screenplay .sources a.cite")
+    assert listed, "no Sources line on the session page"
+    assert all(a["href"].startswith(f"/s/{s['name']}/turns/{s['turn']}/passages/") and
+               a["hx-target"] == "#passage-body" for a in listed)
+    chat = BeautifulSoup(live.get(f"/s/{s['name']}").text, "html.parser")
+    assert [a["href"] for a in listed] == [a["href"] for a in chat.select(".sources a.cite")]
+    opened = live.get(listed[0]["href"], headers={"HX-Request": "true"})
+    assert opened.status_code == 200 and "passage" in opened.text
