@@ -207,3 +207,100 @@ def test_the_session_page_lists_an_answers_sources_and_opens_their_passages(live
     assert [a["href"] for a in listed] == [a["href"] for a in chat.select(".sources a.cite")]
     opened = live.get(listed[0]["href"], headers={"HX-Request": "true"})
     assert opened.status_code == 200 and "passage" in opened.text
+
+
+# -- the small things --------------------------------------------------------------------------------
+
+from test_retrieval_answer import QUESTION, document_embeds, harbour  # noqa: E402,F401 (the fixture)
+from waiting import wait_for  # noqa: E402
+
+
+def test_a_stopped_passages_answer_reads_sensibly_and_its_button_says_what_it_cancels(harbour, scripted):
+    scripted.embed_delay = 0.1
+    live = harbour(embed_batch=2)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": QUESTION})
+    job = live.services.jobs.open_for(name)
+    card = live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": QUESTION, "way": "retrieve"}).text
+    assert "Cancel the answer" in card and "Cancel analysis" not in card
+    wait_for(lambda: len(document_embeds(scripted)) >= 2, 60, "a batch embedded")
+    assert live.post(f"/s/{name}/analysis/{job.id}/cancel").status_code == 204
+    wait_for(lambda: job.state == "choose", 60, f"the job stopped (it is {job.state})")
+    live.post(f"/s/{name}/analysis/{job.id}/after-cancel", data={"keep": "no"})
+    wait_for(lambda: job.id not in live.services.jobs.jobs, 30, "the cancelled job recorded")
+    page = html.unescape(live.get(f"/s/{name}").text)
+    assert "Answer from 0 passages" not in page and "(0 in all)" not in page
+    summary = re.search(r'<details class="card analysis-summary">\s*<summary>(.*?)</summary>', page, re.S)
+    assert summary and "stopped before any passage was sent" in summary.group(1), page[-3000:]
+
+
+def test_the_chunk_scene_says_when_the_job_started(tmp_path, scripted, make_live):
+    from scripted_ollama import Reply
+    from test_analysis import big_file_config, map_or_reduce
+
+    def slow_synthesis(body):
+        reply = map_or_reduce(body)
+        if reply.text.startswith("SYNTHESIZED"):
+            import time
+            time.sleep(1.2)              # the scene is written at least a second after the start
+        return reply
+
+    scripted.script = slow_synthesis
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize the methodology in big.md"})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize the methodology."})
+    wait_for(lambda: job.state == "done" and job.id not in live.services.jobs.jobs, 60, "the analysis recorded")
+    from datetime import datetime
+
+    started = datetime.fromtimestamp(job.started).strftime("%H:%M:%S")
+    page = html.unescape(live.get(f"/sessions/{name}").text)
+    assert f"<dt>Started</dt><dd>" in page
+    shown = re.search(r"<dt>Started</dt><dd>([^<]*)</dd>", page).group(1)
+    assert shown.endswith(started), (shown, started)
+    del Reply
+
+
+def test_the_session_list_preview_keeps_underscores_in_code(live, scripted):
+    from scripted_ollama import Reply
+
+    scripted.script = Reply(text="Call `read_chunk_scene(max_len)` with _care_.")
+    name = live.open_session()
+    send_and_finish(live, name, "how?")
+    listing = html.unescape(live.get("/sessions/").text)
+    previews = re.findall(r'<p class="preview">([^<]*)</p>', listing)
+    assert len(previews) == 1 and previews[0].startswith("Call read_chunk_scene(max_len) with care"), previews
+    assert "_care" not in previews[0]                                  # emphasis marks still go
+
+
+def test_retry_after_says_what_the_page_says(tmp_path, scripted, make_live, monkeypatch):
+    import dataclasses
+
+    import httpx
+
+    from app import auth
+
+    monkeypatch.setattr(auth, "SCRYPT_N", 2 ** 10)
+    config = dataclasses.replace(make_config(tmp_path, scripted.url), auth="password")
+    auth.set_password(config.data_path, "correct horse battery")
+    live = make_live(config)
+    checked = 0
+    with httpx.Client(base_url=live.url, timeout=10.0) as client:
+        for _ in range(6):
+            token = client.get("/login").text.split('name="csrf_token" value="')[1].split('"')[0]
+            response = client.post("/login", data={"password": "guess", "csrf_token": token})
+            said = re.search(r"(?:Wait|try again in) (\d+) seconds", response.text)
+            if "Retry-After" in response.headers:
+                assert said and said.group(1) == response.headers["Retry-After"], (said, response.headers)
+                checked += 1
+    assert checked >= 1
+
+
+def test_pyproject_names_its_license_the_way_current_setuptools_wants():
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "AGPL-3.0-or-later"          # SPDX string: no deprecation box
+    assert any(r.replace(" ", "").startswith("setuptools>=77") for r in data["build-system"]["requires"])

@@ -109,8 +109,10 @@ def send(name: str):
     svc = services()
     _load(name)
     text = request.form.get("message", "")
-    if not text.strip():
-        return Response("", status=204)
+    if not text.strip():                          # said, not dropped in silence (issue 33)
+        note = ('<p id="composer-note" class="attach-status error" role="status">The message is empty (only '
+                'spaces or new lines): nothing was sent. Type something to send.</p>')
+        return Response(note, headers={"HX-Retarget": "#composer-note", "HX-Reswap": "outerHTML"})
     if len(text.encode("utf-8", "surrogatepass")) > svc.config.server.max_message_kb * 1024:
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     try:
