@@ -122,6 +122,15 @@ def quoted(name: str) -> str:
     return f'"{name}"' if re.search(r"\s", name) else name
 
 
+def mention(name: str) -> str:
+    """How a message names a workspace file so that ``candidates``/``bare_names`` find it: in quotes
+    when it has a space or is an extensionless lower-case word (``notes``), else as it is."""
+    base = name.rsplit("/", 1)[-1]
+    if re.search(r"\s", name) or re.fullmatch(r"[a-z]+", base):
+        return f'"{name}"'
+    return name
+
+
 def with_name(text: str, wrong: str, right: str) -> str:
     """The message with a missing name replaced by its near match (the card's one tap)."""
     for form in (f'"{wrong}"', f"`{wrong}`", f"“{wrong}”", f"'{wrong}'"):

@@ -55,13 +55,14 @@ def _listed(f, bpt: float) -> dict:
         what = documents.sniff(f.path)
     except OSError:
         what = "a file that cannot be read"
-    return {"name": f.name, "mention": filenames.quoted(f.name), "size": f.size,
+    return {"name": f.name, "mention": filenames.mention(f.name), "size": f.size,
             "tokens": None if what else int(f.size / bpt), "not_text": what or ""}
 
 
 def _attached(saved=None, error: str = ""):
     """The chat's Attach button (htmx) gets a status line instead of the file list."""
-    return render_template("files/_attached.html", saved=saved, error=error), 422 if error else 200
+    return render_template("files/_attached.html", saved=saved, error=error,
+                           mention=filenames.mention(saved.name) if saved else ""), 422 if error else 200
 
 
 @bp.post("/upload")

@@ -304,3 +304,12 @@ def test_pyproject_names_its_license_the_way_current_setuptools_wants():
     data = tomllib.loads((root / "pyproject.toml").read_text())
     assert data["project"]["license"] == "AGPL-3.0-or-later"          # SPDX string: no deprecation box
     assert any(r.replace(" ", "").startswith("setuptools>=77") for r in data["build-system"]["requires"])
+
+
+def test_an_extensionless_lower_case_upload_is_named_in_quotes_and_found(live, scripted, workspace):
+    name = live.open_session()
+    response = live.post("/files/upload", data={"session": name}, files={"file": ("notes", b"the fan is loud\n")})
+    named = html.unescape(re.search(r'data-attached="([^"]+)"', response.text).group(1))
+    assert named == '"notes"'
+    send_and_finish(live, name, f"Summarize {named}")
+    assert '<file name="notes">' in _last_user_message(scripted)
