@@ -24,9 +24,9 @@ def installed(svc) -> tuple[list[str], str]:
 
 
 def can_chat(svc, model: str) -> bool:
-    """Is ``model`` a chat model?  What the server says (Ollama's ``/api/show`` capabilities, an
-    OpenAI server's model type), else its name: an embedding model is not offered for chat
-    (issue 33: all-minilm in the picker answered "does not support chat")."""
+    """Is ``model`` a chat model?  What the server says (``ModelFacts.capabilities``), else its
+    name: an embedding model is not offered for chat (issue 33: all-minilm in the picker
+    answered "does not support chat")."""
     try:
         capabilities = svc.models.facts(model).capabilities
     except ModelError:
