@@ -280,6 +280,13 @@ def _missing(config, prepared: Prepared, missing: list[filenames.Missing], allow
     prepared.missing.extend(m.name for m in missing)
     names = ", ".join(prepared.missing)
     prepared.notices.append(f"Not in the workspace: {names}. Sent without it; the model was told it is not available.")
+    prepared.budget.reserve("message", prepared.budget.estimate(_missing_note(prepared.missing)))   # the note's room
+
+
+def _missing_note(missing: list[str]) -> str:
+    """What the model is told of named files that are not there: plainly, so it does not invent them."""
+    return (f"\n\n[Note: the file(s) {', '.join(missing)} named above are not available: there is no such "
+            "file, so its content is unknown. Do not guess it; say it is not available.]")
 
 
 def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: int) -> bool:
@@ -352,8 +359,7 @@ def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
     for block in blocks:
         parts.append(f'\n\n<file name="{block.file.name}">\n{block.text}\n</file>')
     if prepared.missing:
-        parts.append(f"\n\n[Note: the file(s) {', '.join(prepared.missing)} named above are not available: there "
-                     "is no such file, so its content is unknown. Do not guess it; say it is not available.]")
+        parts.append(_missing_note(prepared.missing))
     skipped = prepared.skipped
     if skipped:
         parts.append(f"\n\n[Note: {len(skipped)} additional file(s) exceeded the context budget and were "

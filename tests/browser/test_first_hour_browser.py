@@ -128,3 +128,20 @@ def test_a_long_analysis_keeps_its_bar_clock_and_message_box_on_screen(tmp_path,
     finally:
         release.set()
     assert page.errors == []
+
+
+@pytest.mark.parametrize("size", SIZES, ids=SIZE_IDS)
+def test_an_empty_message_is_said_and_a_send_leaves_no_console_error(live, page_for, size):
+    page = page_for(size)
+    page.goto(live.url + "/")
+    page.fill("#message", "   \n  ")
+    page.click("#send")
+    note = page.locator("#composer-note")
+    note.wait_for(state="visible")
+    assert "The message is empty" in note.text_content()
+    assert page.locator("article.turn").count() == 0
+    no_horizontal_scroll(page)
+    send(page, "hello")
+    page.wait_for_selector("article.turn .msg.reply:not(.streaming)")
+    assert not note.is_visible()
+    assert page.errors == []          # a CSP refusal (an inline style) is a console error too
