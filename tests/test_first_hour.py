@@ -313,3 +313,16 @@ def test_an_extensionless_lower_case_upload_is_named_in_quotes_and_found(live, s
     assert named == '"notes"'
     send_and_finish(live, name, f"Summarize {named}")
     assert '<file name="notes">' in _last_user_message(scripted)
+
+
+def test_an_openai_servers_embedding_model_is_not_in_the_picker(tmp_path, make_live):
+    import dataclasses
+
+    from scripted_openai import ScriptedOpenAI
+
+    with ScriptedOpenAI(models={"qwen-chat": 4096, "jina-vectors-v3": 512}) as server:
+        server.types = {"qwen-chat": "llm", "jina-vectors-v3": "embeddings"}   # a name that does not say it embeds
+        config = make_config(tmp_path, server.url, model="qwen-chat")
+        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai"))
+        live = make_live(config)
+        assert _picker(live.get("/").text) == ["qwen-chat"]
