@@ -164,11 +164,14 @@ def _picker(page: str) -> list[str]:
 def test_the_picker_offers_chat_models_only(tmp_path, make_live):
     from scripted_ollama import ScriptedOllama
 
-    with ScriptedOllama(models={"tiny:1b": 8192, "all-minilm": 512, "nomic-embed-text": 2048}) as server:
-        server.capabilities = {"tiny:1b": ["completion"], "all-minilm": ["embedding"]}
+    with ScriptedOllama(models={"tiny:1b": 8192, "all-minilm": 512, "nomic-embed-text": 2048,
+                                "granite-vectors": 512}) as server:
+        server.capabilities = {"tiny:1b": ["completion"], "all-minilm": ["embedding"],
+                               "granite-vectors": ["embedding"]}
         live = make_live(make_config(tmp_path, server.url))
         picker = _picker(live.get("/").text)
-        assert picker == ["tiny:1b"]          # all-minilm by what /api/show says; nomic-embed-text by its name
+        # all-minilm and granite-vectors by what /api/show says; nomic-embed-text (no capabilities) by its name
+        assert picker == ["tiny:1b"]
 
 
 def test_harvey_check_shows_an_embedding_model_as_one(tmp_path):
