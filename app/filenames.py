@@ -117,16 +117,13 @@ def near_match(word: str, names: list[str]) -> str:
     return close[0] if close else ""
 
 
-def quoted(name: str) -> str:
-    """A name as a message writes it: in quotes when it has a space."""
-    return f'"{name}"' if re.search(r"\s", name) else name
-
-
 def mention(name: str) -> str:
     """How a message names a workspace file so that ``candidates``/``bare_names`` find it: in quotes
-    when it has a space or is an extensionless lower-case word (``notes``), else as it is."""
+    when it has a space, or has no extension and is a lower-case word (``notes``) or a path
+    (``docs/Makefile``); else as it is."""
     base = name.rsplit("/", 1)[-1]
-    if re.search(r"\s", name) or re.fullmatch(r"[a-z]+", base):
+    bare = "." not in base and ("/" in name or re.fullmatch(r"[a-z]+", base))
+    if re.search(r"\s", name) or bare:
         return f'"{name}"'
     return name
 
@@ -135,11 +132,11 @@ def with_name(text: str, wrong: str, right: str) -> str:
     """The message with a missing name replaced by its near match (the card's one tap)."""
     for form in (f'"{wrong}"', f"`{wrong}`", f"“{wrong}”", f"'{wrong}'"):
         if form in text:
-            return text.replace(form, quoted(right), 1)
+            return text.replace(form, mention(right), 1)
     if wrong in right and re.search(r"\s", right) and right in text:    # q3 report.md, unquoted
-        return text.replace(right, quoted(right), 1)
+        return text.replace(right, mention(right), 1)
     pattern = re.compile(r"(?<![\w@.\-/~])" + re.escape(wrong) + r"(?![\w/]|\.\w)")
-    return pattern.sub(lambda _m: quoted(right), text, count=1)
+    return pattern.sub(lambda _m: mention(right), text, count=1)
 
 
 MISSING_RE = re.compile(r"There is no file named “(.+?)” in the workspace(?: \([^)]*\))?(?:; did you mean “(.+?)”\?)?")

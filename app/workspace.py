@@ -99,12 +99,21 @@ class Workspace:
 
         words = filenames.candidates(text)
         if re.search(r"[A-Z0-9_\-]", text):       # an extensionless name (Makefile) is worth a look
-            extensionless = {n for n in index() if "." not in n}
+            extensionless = self._extensionless()
             seen = {c.word for c in words}
             words += [filenames.Candidate(w) for w in filenames.bare_names(text, extensionless) if w not in seen]
         for candidate in words:
             self._name_one(named, candidate.word, index, candidate.parts)
         return named
+
+    def _extensionless(self) -> set[str]:
+        """The workspace's own extensionless files (``Makefile``, ``LICENSE``): one read of its top
+        folder, not a walk of every file for every message (a file further down is named by a path)."""
+        try:
+            with os.scandir(self.root) as entries:
+                return {e.name for e in entries if "." not in e.name and e.is_file()}
+        except OSError:
+            return set()
 
     def _name_one(self, named: "Named", word: str, index, parts: tuple[str, ...] = ()) -> None:
         """Add what one word names to ``named``: a file, a refusal, a missing name, or nothing."""

@@ -329,3 +329,41 @@ def test_an_openai_servers_embedding_model_is_not_in_the_picker(tmp_path, make_l
         config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai"))
         live = make_live(config)
         assert _picker(live.get("/").text) == ["qwen-chat"]
+
+
+# -- name matching, word by word (app/filenames.py) ---------------------------------------------------
+
+@pytest.mark.parametrize("text,found,missing", [
+    ("Summarize notes.md for me", [], [("notes.md", "notes")]),
+    ("What about licences.txt?", [], [("licences.txt", "licenses.txt")]),
+    ("Explain the Makefile.", ["Makefile"], []),
+    ("what is in LICENSE?", ["LICENSE"], []),
+    ('Summarize "q3 report.md"', ["q3 report.md"], []),
+    ("Summarize `q3 report.md` now", ["q3 report.md"], []),
+    ('read "see licenses.txt" please', ["licenses.txt"], []),
+    ("the notes are nice, and notes.txt", [], [("notes.txt", "")]),
+    ('the "notes" file', ["notes"], []),
+    ("e.g. version 1.2 of example.com, i.e. it's 'fine' and v2.0", [], []),
+    ("docs/b.md and docs/a.md", ["docs/a.md"], [("docs/b.md", "docs/a.md")]),
+])
+def test_which_words_name_a_file(tmp_path, text, found, missing):
+    from app.workspace import Workspace
+
+    for name in ["licenses.txt", "Makefile", "LICENSE", "q3 report.md", "notes", "docs/a.md"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    named = Workspace(tmp_path).named(text)
+    assert [f.name for f in named.found] == found
+    assert [(m.name, m.suggestion) for m in named.missing] == missing
+
+
+def test_the_refusal_reads_back_and_the_fix_quotes_a_name_with_spaces():
+    from app import filenames
+
+    missing = [filenames.Missing("licences.txt", "licenses.txt"), filenames.Missing("report.md", "q3 report.md")]
+    detail = filenames.missing_text(missing, "./data/workspace")
+    assert filenames.missing_in(detail) == missing
+    assert filenames.with_name("Compare licences.txt and q3 report.md", "report.md", "q3 report.md") == \
+        'Compare licences.txt and "q3 report.md"'
+    assert filenames.mention("notes") == '"notes"' and filenames.mention("Makefile") == "Makefile"
+    assert filenames.with_name("Summarize notes.md", "notes.md", "notes") == 'Summarize "notes"'   # found again
