@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import ipaddress
 import json
 import logging
@@ -474,7 +475,7 @@ def login():
         return render_template("auth/login.html", next=next_url, signed_in=signed_in, message="")
     wait = max(state.per_client.wait(_client()), state.everyone.wait("*"))
     if wait > 0:
-        return _login_page(429, f"Too many wrong passwords: try again in {int(wait) + 1} seconds.",
+        return _login_page(429, f"Too many wrong passwords: try again in {_whole_seconds(wait)} seconds.",
                            next_url, retry_after=wait)
     if not state.password.verify(request.form.get("password", "")):
         return _wrong_password(state, next_url)
@@ -490,7 +491,7 @@ def _wrong_password(state: AuthState, next_url: str):
     log.warning("wrong password from %s", _client())
     message = "Wrong password."
     if delay:
-        message += f" Wait {int(delay)} seconds before trying again."
+        message += f" Wait {_whole_seconds(delay)} seconds before trying again."
     return _login_page(401, message, next_url, retry_after=delay or None)
 
 
@@ -498,8 +499,13 @@ def _login_page(status: int, message: str, next_url: str, retry_after: float | N
     response = Response(render_template("auth/login.html", next=next_url, signed_in=False, message=message),
                         status=status)
     if retry_after:
-        response.headers["Retry-After"] = str(int(retry_after) + 1)
+        response.headers["Retry-After"] = str(_whole_seconds(retry_after))
     return response
+
+
+def _whole_seconds(seconds: float) -> int:
+    """A wait in whole seconds, rounded up: the page's words and Retry-After say the same (issue 33)."""
+    return max(1, math.ceil(seconds))
 
 
 def _remember(generation: str) -> None:

@@ -229,6 +229,9 @@ def cmd_check(config: Config, args) -> int:
             fit = server.memory_fit(name, ask_loaded=True)
             window, why = window_limit(config, name, trained, fit.cap if fit else None)
             marker = "*" if name == config.ollama.model else " "
+            if "embedding" in server.facts(name).capabilities and "completion" not in server.facts(name).capabilities:
+                print(f"{marker} {name}: embedding model (retrieval search by meaning), input {trained or 'unknown'} tokens")
+                continue
             print(f"{marker} {name}: trained context {trained or 'unknown'}, window used (num_ctx) {window}"
                   + (" (memory limits it)" if why == "memory" else ""))
             for line in fit.lines() if fit else []:

@@ -22,7 +22,8 @@ from flask import Blueprint, abort, flash, get_flashed_messages, redirect, rende
 from .services import services
 from .sessions.names import valid_name
 from .storage import atomic_write
-from .workspace import Workspace, WorkspaceError, safe_filename
+from . import documents, filenames
+from .workspace import MAX_NAME_CHARS, Workspace, WorkspaceError, safe_filename
 
 log = logging.getLogger(__name__)
 bp = Blueprint("files", __name__, url_prefix="/files")
@@ -41,16 +42,27 @@ def index():
     svc = services()
     session = _session_arg()
     bpt = svc.calibration.bytes_per_token(svc.config.ollama.model)
-    files = [{"name": f.name, "size": f.size, "tokens": int(f.size / bpt)}
-             for f in Workspace(svc.config.workspace_path).files()]
-    return render_template("files/index.html", files=files, session=session,
+    files = [_listed(f, bpt) for f in Workspace(svc.config.workspace_path).files()]
+    return render_template("files/index.html", files=files, session=session, folder=svc.config.workspace,
                            max_upload_mb=svc.config.server.max_upload_mb,
                            messages=get_flashed_messages(with_categories=True))
 
 
+def _listed(f, bpt: float) -> dict:
+    """One row of the list: a file that is not text (an image, a program) says so, with no token
+    figure and no Ask or Analyse (issue 33: a program was "about 42,651 tokens")."""
+    try:
+        what = documents.sniff(f.path)
+    except OSError:
+        what = "a file that cannot be read"
+    return {"name": f.name, "mention": filenames.mention(f.name), "size": f.size,
+            "tokens": None if what else int(f.size / bpt), "not_text": what or ""}
+
+
 def _attached(saved=None, error: str = ""):
     """The chat's Attach button (htmx) gets a status line instead of the file list."""
-    return render_template("files/_attached.html", saved=saved, error=error), 422 if error else 200
+    return render_template("files/_attached.html", saved=saved, error=error,
+                           mention=filenames.mention(saved.name) if saved else ""), 422 if error else 200
 
 
 @bp.post("/upload")
@@ -99,10 +111,10 @@ MAX_COPIES = 1000
 
 
 def numbered(name: str, n: int) -> str:
-    """``notes.txt`` → ``notes-2.txt``; ``data.tar.gz`` → ``data-2.tar.gz``; within 120 characters."""
+    """``notes.txt`` → ``notes-2.txt``; ``data.tar.gz`` → ``data-2.tar.gz``; within MAX_NAME_CHARS."""
     stem, dot, ext = name.partition(".")
     tail = f"-{n}" + dot + ext
-    return stem[:max(1, 120 - len(tail))] + tail
+    return stem[:max(1, MAX_NAME_CHARS - len(tail))] + tail
 
 
 def save_keeping_both(root: Path, name: str, data: bytes) -> tuple[str, bool]:

@@ -398,6 +398,11 @@
     var form = event.detail.elt, status = document.getElementById("attach-status");
     if (form && form.id === "composer" && event.detail.successful && status) status.hidden = true;
   });
+  // The "message is empty" note (issue 33) goes when the next message is sent.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var form = event.detail.elt, note = document.getElementById("composer-note");
+    if (form && form.id === "composer" && note) note.hidden = true;
+  });
 })();
 
 // -- The prompt library (issue 15) ----------------------------------------------------------

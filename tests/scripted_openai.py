@@ -58,6 +58,7 @@ class ScriptedOpenAI:
                  script: Callable[[dict], Reply] | Reply | None = None):
         self.models = dict(models or {"tiny:1b": 4096})
         self.kind = kind                    # "llama" (llama-server) or "vllm"
+        self.types: dict[str, str] = {}     # a model's "type" in /v1/models (LM Studio: "llm", "embeddings")
         self.script = script or (lambda body: Reply(text=f"You said: {body['messages'][-1]['content'][:200]}"))
         self.unavailable = 0                # answer this many next chats with 503 (a server loading a model)
         self.refuse_format = False          # answer a chat with response_format as a server without it
@@ -165,7 +166,8 @@ def _handler_for(server: ScriptedOpenAI):
             server._record("GET", self.path, {}).finished.set()
             if self.path == "/v1/models":
                 data = [{"id": name, "object": "model", "owned_by": server.kind,
-                         **({"max_model_len": window} if server.kind == "vllm" else {})}
+                         **({"max_model_len": window} if server.kind == "vllm" else {}),
+                         **({"type": server.types[name]} if name in server.types else {})}
                         for name, window in server.models.items()]
                 return self._json(200, {"object": "list", "data": data})
             if self.path == "/props" and server.props_unavailable:

@@ -215,7 +215,9 @@ def test_post_without_token_is_refused(live):
 def test_empty_and_running_messages(live, scripted):
     scripted.script = Reply(text="z" * 100, piece_size=1, token_delay=0.02)
     name = live.open_session()
-    assert live.post(f"/s/{name}/messages", data={"message": "   "}).status_code == 204
+    empty = live.post(f"/s/{name}/messages", data={"message": "   "})
+    assert empty.status_code == 200 and "The message is empty" in empty.text      # said (issue 33)
+    assert empty.headers["HX-Retarget"] == "#composer-note" and live.services.store.load(name).turns == []
     send(live, name, "first")
     assert live.post(f"/s/{name}/messages", data={"message": "second"}).status_code == 409
     live.services.activities.last(name).stop()

@@ -43,10 +43,17 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
     return fountain.ChunkAnalysis(file=job.file, chunks=job.file_chunks, model=job.model,
                                   boundary=job.boundary, chunk_size=job.size_tokens,
                                   chunk_bytes=round(job.size_tokens * job.map_bpt),
-                                  instruction=job.instruction, when=datetime.now().replace(microsecond=0),
+                                  instruction=job.instruction, when=started_at(job),
                                   results=results, synthesis=synthesis, passages=passages(job),
                                   source=job.source or None, relevant=job.relevant_count,
                                   unread=[notes.unread(span) for span in job.unread])
+
+
+def started_at(job: Job) -> datetime:
+    """The scene's Started time: when the job started (issue 33: it was when the scene was written)."""
+    if job.started:
+        return datetime.fromtimestamp(job.started).replace(microsecond=0)
+    return datetime.now().replace(microsecond=0)
 
 
 def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
@@ -62,7 +69,7 @@ def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
              for p in job.rag}
     return fountain.ChunkAnalysis(file=job.file, chunks=job.rag_chunks, model=job.model, boundary=job.boundary,
                                   chunk_size=size, chunk_bytes=round(size * chunking.retrieval_settings().bytes_per_token),
-                                  instruction=job.instruction, when=datetime.now().replace(microsecond=0),
+                                  instruction=job.instruction, when=started_at(job),
                                   results=[], synthesis=synthesis, passages=found, source=job.source or None,
                                   rag=rag)
 

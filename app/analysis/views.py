@@ -12,7 +12,7 @@ import json
 import logging
 import time
 
-from flask import Blueprint, Response, abort, redirect, render_template, request, stream_with_context, url_for
+from flask import Blueprint, Response, abort, flash, redirect, render_template, request, stream_with_context, url_for
 
 from .. import chunking
 from ..errors import Busy, HarveyError
@@ -228,8 +228,20 @@ def direct(name: str):
     except Busy as exc:
         abort(409, description=str(exc))
     except (HarveyError, OSError) as exc:
-        abort(400, description=str(exc))
+        message = _without_folder(str(exc) if isinstance(exc, HarveyError) else
+                                  f"The file could not be read ({exc.strerror or exc.__class__.__name__}).")
+        log.info("direct analysis in %s refused: %s", name, message)
+        if request.form.get("back") == "files":          # the Files page says why, in its own words
+            flash(f"{request.form.get('file', '')} cannot be analysed: {message}", "error")
+            return redirect(url_for("files.index", session=name), code=303)
+        abort(400, description=message)
     return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
+
+
+def _without_folder(message: str) -> str:
+    """A refusal's words without the server's absolute path to the workspace (issue 33)."""
+    root = str(services().config.workspace_path)
+    return message.replace(root + "/", "").replace(root, services().config.workspace)
 
 
 @bp.get("/s/<name>/turns/<int:turn>/passages/<int:chunk>")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from flask import render_template, url_for
 from markupsafe import Markup
 
+from .. import filenames
 from ..analysis.job import SETTLED
 from ..errors import HarveyError, ModelError
 from ..render import markdown
@@ -21,7 +22,7 @@ from ..services import services
 from ..sessions import fountain, notes
 from ..sessions.store import Session
 from . import prepare
-from .status import installed, match_model, session_model, status_for
+from .status import chat_models, installed, match_model, session_model, status_for
 
 
 @dataclass
@@ -81,9 +82,23 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     view.cut = read.cut if turn.reply is not None else 0
     if read.error:
         view.error = prepare.error_view(*read.error, api=api)
+        if view.error["kind"] == "missing_file":
+            view.error["fix"] = missing_fix(turn.user_text or "", view.error["detail"])
         view.partial_kept = bool(turn.reply)
     view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read) else "")
     return view
+
+
+def missing_fix(text: str, detail: str) -> dict | None:
+    """The missing-file card's one tap: the message with each missing name replaced by its near
+    match (None when a name has none: only "Send without it" is offered)."""
+    missing = filenames.missing_in(detail)
+    if not missing or not all(m.suggestion for m in missing):
+        return None
+    fixed = text
+    for m in missing:
+        fixed = filenames.with_name(fixed, m.name, m.suggestion)
+    return {"text": fixed, "names": ", ".join(m.suggestion for m in missing)} if fixed != text else None
 
 
 NEVER_FINISHED = "the server stopped before the reply was finished"
@@ -167,6 +182,7 @@ def page_context(session: Session, **extra) -> dict:
     """What every chat template needs: models, the model in use, busy state, the status line."""
     svc = services()
     models, problem = installed(svc)
+    models = chat_models(svc, models)              # the picker: chat models only (issue 33)
     model = extra.pop("model", None) or session_model(svc, session, models)
     status = status_for(svc, session, model)
     if problem and not status["problem"]:

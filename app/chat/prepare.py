@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from .. import chunking, documents, routing
+from .. import chunking, documents, filenames, routing
 from ..errors import Refused
 from ..budget import Budget, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
 from ..errors import ModelError
@@ -55,6 +55,7 @@ class Prepared:
     overflow: list[WorkspaceFile] = field(default_factory=list)   # one file: the alert card
     skipped: list[str] = field(default_factory=list)              # several: named, offered analysis
     files: list[FileBlock] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)              # named, not there; the model is told
     plan: dict | None = None          # the alert card's plan, made before the session's lock (turns.send)
 
     @property
@@ -221,10 +222,12 @@ def chat_budget(svc, model: str) -> Budget:
                       svc.models.memory_window(model), counter=counter, template=template)
 
 
-def prepare_files(svc, text: str, model: str) -> Prepared:
+def prepare_files(svc, text: str, model: str, allow_missing: bool = False) -> Prepared:
     """The part of a turn that reads files: the budget of the system prompt, the message and the
     files it names, each file sized, read if it fits, or routed to the card.  It does not depend
-    on the session, so ``turns.send`` runs it before taking the session's lock (issue 23)."""
+    on the session, so ``turns.send`` runs it before taking the session's lock (issue 23).
+    ``allow_missing``: a named file that is not there is sent as missing (the model is told),
+    not refused (the card's "Send without it")."""
     config = svc.config
     budget = chat_budget(svc, model)
     system = system_prompt(config, config.workspace_path)
@@ -233,19 +236,19 @@ def prepare_files(svc, text: str, model: str) -> Prepared:
     budget.components["message"] = budget.messages_cost([{"content": text}])
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget, cap=config.chat.reply_tokens)
-    _add_files(svc, prepared, text)
+    _add_files(svc, prepared, text, allow_missing)
     return prepared
 
 
 def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: bool = False,
-            files: Prepared | None = None) -> Prepared:
+            files: Prepared | None = None, allow_missing: bool = False) -> Prepared:
     """Budget the turn and build its request, or say why it cannot be sent.
 
     ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
     out of the history.  ``files``: ``prepare_files`` ran already for this text and model
     (outside the session's lock); only the history is added here."""
     config = svc.config
-    prepared = files or prepare_files(svc, text, model)
+    prepared = files or prepare_files(svc, text, model, allow_missing)
     budget = prepared.budget
     system = system_prompt(config, config.workspace_path)
     history, prepared.left_out_turns = fit_history(budget, system, history_turns(past, retrying))
@@ -270,7 +273,7 @@ def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:
                                       f"at most {room:,} fit in this model's window of {budget.window:,}{held}.")
 
 
-def _add_files(svc, prepared: Prepared, text: str) -> None:
+def _add_files(svc, prepared: Prepared, text: str, allow_missing: bool = False) -> None:
     """Read the named files that fit; route or skip the ones that would not.
 
     One file too large for the context goes to the chunked-analysis alert.
@@ -280,8 +283,10 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
     first (``chunking.measure``), so a file too large is never extracted here.
     """
     config = svc.config
-    files, problems = Workspace(config.workspace_path).mentions(text)
-    prepared.notices.extend(problems)
+    named = Workspace(config.workspace_path).named(text)
+    files = named.found
+    prepared.notices.extend(named.problems)
+    _missing(config, prepared, named.missing, allow_missing)
     budget = prepared.budget
     for wf in files:
         _refuse_unreadable(wf)
@@ -313,6 +318,25 @@ def _add_files(svc, prepared: Prepared, text: str) -> None:
         n = len(prepared.skipped)
         prepared.notices.append(f"{n} file{'s' if n > 1 else ''} exceeded the context budget and "
                                 f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
+
+
+def _missing(config, prepared: Prepared, missing: list[filenames.Missing], allow_missing: bool) -> None:
+    """A named file that is not in the workspace is never sent as if it were (issue 33): the turn
+    is refused with its name and near match, or (``allow_missing``) the model is told plainly."""
+    if not missing:
+        return
+    if not allow_missing:
+        raise TurnRefused("missing_file", filenames.missing_text(missing, config.workspace))
+    prepared.missing.extend(m.name for m in missing)
+    names = ", ".join(prepared.missing)
+    prepared.notices.append(f"Not in the workspace: {names}. Sent without it; the model was told it is not available.")
+    prepared.budget.reserve("message", prepared.budget.estimate(_missing_note(prepared.missing)))   # the note's room
+
+
+def _missing_note(missing: list[str]) -> str:
+    """What the model is told of named files that are not there: plainly, so it does not invent them."""
+    return (f"\n\n[Note: the file(s) {', '.join(missing)} named above are not available: there is no such "
+            "file, so its content is unknown. Do not guess it; say it is not available.]")
 
 
 def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: int) -> bool:
@@ -408,6 +432,8 @@ def _with_files(text: str, blocks: list[FileBlock], prepared: Prepared) -> str:
     parts = [text]
     for block in blocks:
         parts.append(_file_block(block.file.name, block.text))
+    if prepared.missing:
+        parts.append(_missing_note(prepared.missing))
     skipped = prepared.skipped
     if skipped:
         parts.append(f"\n\n[Note: {len(skipped)} additional file(s) exceeded the context budget and were "
@@ -426,6 +452,8 @@ ERROR_TEXTS = {
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
     "unknown_model": ("Unknown model", "Use an installed model's name after @, or {install}."),
     "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),
+    "missing_file": ("No such file", "Send it with the file suggested, or without it (the model is told it "
+                                     "is not available). Attach adds a file to the workspace."),
     "unreadable_file": ("The file is not text", "Name a text, Markdown, HTML, source, PDF or Word file."),
     "no_text_layer": ("The PDF has no text", "It is a scan: run OCR on it (for example ocrmypdf) and name the result."),
     "encrypted": ("The PDF is encrypted", "Save a copy without the password and name that."),
@@ -455,7 +483,12 @@ def error_view(kind: str, detail: str, api: str = "native") -> dict:
     """
     title, help = ERROR_TEXTS.get(kind, OTHER_ERROR)
     words = SERVER_WORDS.get(api, SERVER_WORDS["openai"])
-    return {"title": title.format(**words), "detail": detail, "help": help.format(**words)}
+    return {"title": title.format(**words), "detail": detail, "help": help.format(**words), "kind": kind,
+            "resend": kind not in NOT_RESENT}
+
+
+# Cards whose message would fail the same way again: no "Re-send this message" (issue 33).
+NOT_RESENT = frozenset({"unreadable_file", "no_text_layer", "encrypted", "damaged", "missing_file"})
 
 
 def reply_notes(status: str, error: ModelError | None) -> list[str]:

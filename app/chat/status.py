@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..budget import fit_history, new_budget
 from ..errors import ModelError
+from ..retrieval import embedding
 from ..routing import match_recorded
 from ..sessions import fountain
 from ..sessions.store import Session
@@ -20,6 +21,24 @@ def installed(svc) -> tuple[list[str], str]:
         return svc.models.models(), ""
     except ModelError as exc:
         return [], str(exc)
+
+
+def can_chat(svc, model: str) -> bool:
+    """Is ``model`` a chat model?  What the server says (``ModelFacts.capabilities``), else its
+    name: an embedding model is not offered for chat (issue 33: all-minilm in the picker
+    answered "does not support chat")."""
+    try:
+        capabilities = svc.models.facts(model).capabilities
+    except ModelError:
+        capabilities = ()
+    if capabilities:
+        return "completion" in capabilities
+    return not embedding.is_embedder(model)
+
+
+def chat_models(svc, models: list[str]) -> list[str]:
+    """The models the picker offers: chat models only (embedding ones serve retrieval)."""
+    return [m for m in models if can_chat(svc, m)]
 
 
 def match_model(name: str | None, models: list[str]) -> str | None:

@@ -47,7 +47,8 @@ class Outcome:
 
 # -- sending ---------------------------------------------------------------------------
 
-def send(svc, name: str, text: str, model: str | None = None, edit_of: int | None = None) -> Outcome:
+def send(svc, name: str, text: str, model: str | None = None, edit_of: int | None = None,
+         allow_missing: bool = False) -> Outcome:
     """Record a message and start its reply (or answer with a card).
 
     A card waiting for its instruction is answered "no" by a new message (and a
@@ -57,9 +58,10 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
     The named files are sized, read and planned first, without the session's lock
     (``_files_first``): a large file never holds the session while it is read.  Under
     the lock the turn is routed again; the files are used only if they were prepared
-    for the same words and model (else they are prepared again there).
+    for the same words and model (else they are prepared again there).  ``allow_missing``: a named
+    file that is not in the workspace is sent as missing, the model told so (else the turn is refused).
     """
-    ready = _files_first(svc, name, text, model)
+    ready = _files_first(svc, name, text, model, allow_missing)
     with svc.store.lock(name):
         pending = svc.jobs.open_for(name)
         if pending is not None and pending.state == "proposed" and _declined(svc, pending):
@@ -69,14 +71,16 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
         untitled = svc.store.load(name)
         session = _title_from_first(svc, untitled, text)
         retry = notes.retry(edited=True) if _edits_last(session, edit_of) else None
-        outcome = _send_locked(svc, session, text, model, retry, ready)
+        outcome = _send_locked(svc, session, text, model, retry, ready, allow_missing)
     outcome.renamed = session.title != untitled.title
     return outcome
 
 
-def resend(svc, name: str, turn: int, model: str | None = None) -> Outcome | None:
+def resend(svc, name: str, turn: int, model: str | None = None, text: str | None = None,
+           allow_missing: bool = False) -> Outcome | None:
     """Send a failed or interrupted last message again, replacing that turn; None when that turn
-    is not such a message (the caller sends the form's message as a new turn instead)."""
+    is not such a message (the caller sends the form's message as a new turn instead).
+    ``text``: the message as corrected (a missing file's near match, issue 33)."""
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
@@ -86,7 +90,8 @@ def resend(svc, name: str, turn: int, model: str | None = None) -> Outcome | Non
         if failed is None or turn != len(session.turns) - 1 or not unanswered or failed.harvey:
             return None
         svc.store.drop_last_turn(name, turn, expect=failed.user_text)
-        return _send_locked(svc, svc.store.load(name), failed.user_text, model)
+        return _send_locked(svc, svc.store.load(name), text or failed.user_text, model,
+                            allow_missing=allow_missing)
 
 
 def regenerate(svc, name: str, turn: int, model: str | None = None) -> Outcome:
@@ -128,9 +133,10 @@ class _Ready:
     model: str
     files: prepare.Prepared | None = None
     error: HarveyError | None = None      # the files refused the turn (recorded under the lock)
+    allow_missing: bool = False
 
 
-def _files_first(svc, name: str, text: str, model: str | None) -> _Ready | None:
+def _files_first(svc, name: str, text: str, model: str | None, allow_missing: bool = False) -> _Ready | None:
     """Size, read and plan the files ``text`` names, outside the session's lock (issue 23): the
     expensive part of a send.  The model is read from the session as it is now; if it differs
     under the lock, the files are prepared again there.  None: nothing could be prepared
@@ -147,25 +153,26 @@ def _files_first(svc, name: str, text: str, model: str | None) -> _Ready | None:
         return None
     model = mentioned or model
     try:
-        files = prepare.prepare_files(svc, rest, model)
+        files = prepare.prepare_files(svc, rest, model, allow_missing)
         if files.overflow:
             files.plan = plan.plan(svc, files.overflow[0].name, model, text)
     except (ModelError, HarveyError) as exc:
-        return _Ready(rest, model, error=exc)
-    return _Ready(rest, model, files)
+        return _Ready(rest, model, error=exc, allow_missing=allow_missing)
+    return _Ready(rest, model, files, allow_missing=allow_missing)
 
 
-def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, ready: _Ready | None):
+def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, ready: _Ready | None,
+              allow_missing: bool = False):
     """The turn's request: the files from ``ready`` when they were made for these words and model."""
-    if ready is None or (ready.text, ready.model) != (rest, model):
-        return prepare.prepare(svc, session.turns, rest, model, retrying=retrying)
+    if ready is None or (ready.text, ready.model, ready.allow_missing) != (rest, model, allow_missing):
+        return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, allow_missing=allow_missing)
     if ready.error is not None:
         raise ready.error
     return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, files=ready.files)
 
 
 def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
-                 ready: _Ready | None = None) -> Outcome:
+                 ready: _Ready | None = None, allow_missing: bool = False) -> Outcome:
     """Under the session's lock: route, budget, then record the turn once and start its work."""
     name = session.name
     model = model or session_model(svc, session)
@@ -178,7 +185,7 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready)
+        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready, allow_missing)
     except (ModelError, HarveyError) as exc:
         return _refused(svc, name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)

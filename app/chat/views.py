@@ -110,13 +110,15 @@ def send(name: str):
     svc = services()
     _load(name)
     text = request.form.get("message", "")
-    if not text.strip():
-        return Response("", status=204)
+    if not text.strip():                          # said, not dropped in silence (issue 33)
+        note = ('<p id="composer-note" class="attach-status error" role="status">The message is empty (only '
+                'spaces or new lines): nothing was sent. Type something to send.</p>')
+        return Response(note, headers={"HX-Retarget": "#composer-note", "HX-Reswap": "outerHTML"})
     if len(text.encode("utf-8", "surrogatepass")) > svc.config.server.max_message_kb * 1024:
         abort(413, description=f"The message is larger than {svc.config.server.max_message_kb} KB.")
     try:
         outcome = turns.send(svc, name, text, request.form.get("model") or None,
-                             edit_of=request.form.get("retry_of", type=int))
+                             edit_of=request.form.get("retry_of", type=int), allow_missing=_missing_ok())
     except Busy as exc:
         return _busy_card(name, exc)
     if outcome.declined:
@@ -128,6 +130,11 @@ def send(name: str):
     return html
 
 
+def _missing_ok() -> bool:
+    """The missing-file card's "Send without it": the model is told the file is not there."""
+    return request.form.get("missing_ok") == "1"
+
+
 @bp.post("/s/<name>/turns/<int:turn>/resend")
 def resend(name: str, turn: int):
     """Re-send a failed or interrupted message: that turn (the last one) is replaced by the new attempt.
@@ -137,7 +144,8 @@ def resend(name: str, turn: int):
     """
     _load(name)
     try:
-        outcome = turns.resend(services(), name, turn, request.form.get("model") or None)
+        outcome = turns.resend(services(), name, turn, request.form.get("model") or None,
+                               text=request.form.get("message") or None, allow_missing=_missing_ok())
     except Busy as exc:
         return _busy_card(name, exc)
     if outcome is None:

@@ -78,6 +78,7 @@ class ModelFacts:
     context_length: int | None = None   # the largest window the server allows, if it says (Ollama: the
     #                                     trained length; an OpenAI-compatible server: the window it serves)
     kv: KvShape | None = None           # the KV cache's shape, where the server describes the layers
+    capabilities: tuple[str, ...] = ()  # what the server says the model does ("completion", "embedding"); () unsaid
 
 
 class ChatStream(ABC):

@@ -194,7 +194,8 @@ def _facts_from_show(model: str, data: dict) -> ModelFacts:
     if length is None:  # some servers only fill one "*.context_length" key
         length = next((v for k, v in info.items() if k.endswith(".context_length")), None)
     return ModelFacts(name=model, family=details.get("family", ""), parameter_size=details.get("parameter_size", ""),
-                      architecture=arch, context_length=int(length) if length else None, kv=_kv_shape(arch, info))
+                      architecture=arch, context_length=int(length) if length else None, kv=_kv_shape(arch, info),
+                      capabilities=tuple(c for c in data.get("capabilities") or () if isinstance(c, str)))
 
 
 def _kv_shape(arch: str, info: dict) -> KvShape | None:

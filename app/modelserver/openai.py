@@ -99,7 +99,9 @@ class OpenAIServer(HttpServer):
             served = ", ".join(m.get("id", "?") for m in listing) or "none"
             raise ModelNotFound(model, f"start the server with it, or set ollama.model to one it serves ({served})")
         window = self._server_props().get("n_ctx") or _positive(entry.get("max_model_len"))
-        return ModelFacts(name=model, context_length=window)
+        kind = str(entry.get("type") or "").lower()        # LM Studio: "llm", "vlm", "embeddings"
+        capabilities = ("embedding",) if kind.startswith("embedding") else ("completion",) if kind else ()
+        return ModelFacts(name=model, context_length=window, capabilities=capabilities)
 
     def _server_props(self) -> dict:
         """What the app uses of llama-server's ``/props``: ``n_ctx`` (per slot) and ``build_info``;

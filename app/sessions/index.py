@@ -338,7 +338,8 @@ def _instructions(name: str, turns: list[fountain.Turn]) -> tuple[Instruction, .
 
 
 PREVIEW_CHARS = 90
-_MARKUP = re.compile(r"[`*_#>|~]+|\[\[.*?\]\]|!?\[([^\]]*)\]\([^)]*\)")
+# Markdown marks; an underscore only as emphasis (snake_case code keeps its "_", issue 33).
+_MARKUP = re.compile(r"[`*#>|~]+|(?<![^\W_])_+|_+(?![^\W_])|\[\[.*?\]\]|!?\[([^\]]*)\]\([^)]*\)")
 
 
 def preview(turns: list[fountain.Turn]) -> str:

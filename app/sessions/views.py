@@ -107,6 +107,8 @@ class Line:
     text: str
     cue: str = ""
     html: Markup | None = None     # dialogue rendered from Markdown; None: shown as typed
+    turn: int = -1                 # an analysis or passages answer: its turn (the sources line opens passages)
+    analysis: fountain.ChunkAnalysis | None = None
 
 
 @dataclass
@@ -144,15 +146,18 @@ def scene_views(session: Session, start: int = 0, stop: int | None = None) -> li
         for el in scene.elements:
             line = Line(el.kind, el.text, el.character)
             if el.kind == "dialogue" and el.character.split("(", 1)[0].strip().upper() not in plain:
-                line.html = markdown(el.text, cite=answers.get((number, el.text)))
+                cited = answers.get((number, el.text))
+                line.html = markdown(el.text, cite=cited[0] if cited else None)
+                if cited:                    # the answer's sources, as the chat lists them (issue 33)
+                    line.turn, line.analysis = cited[1], cited[2]
             view.lines.append(line)
         views.append(view)
     return views
 
 
 def _cited_answers(session: Session, start: int, stop: int) -> dict:
-    """(scene number, answer text) -> the citation links of each turn in scenes ``start:stop`` whose
-    analysis recorded passages."""
+    """(scene number, answer text) -> (the citation links, the turn, its analysis) of each turn in
+    scenes ``start:stop`` whose analysis recorded passages."""
     from ..chat.fragments import citation_links
 
     found = {}
@@ -162,7 +167,7 @@ def _cited_answers(session: Session, start: int, stop: int) -> dict:
         links = citation_links(session.name, index, turn.analysis)
         if links and turn.reply:
             for number in range(turn.scenes[0], turn.scenes[1] + 1):
-                found[(number, turn.reply)] = links
+                found[(number, turn.reply)] = (links, index, turn.analysis)
     return found
 
 

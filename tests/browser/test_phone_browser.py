@@ -534,10 +534,15 @@ def test_file_chips_and_did_you_mean(tmp_path, scripted, make_live, open_page, s
     page = open_page(size, scheme)
     page.goto(live.url + "/")
     send(page, "What does notes.md say? And nots.md?")
+    card = page.locator(".card.error")         # a misspelt name is not sent (issue 33): one tap sends the match
+    card.wait_for()
+    assert "did you mean “notes.md”?" in card.text_content() and scripted.chats() == []
+    assert card.locator("text=Re-send this message").count() == 0
+    card.locator("button", has_text="Send with notes.md").click()
     page.wait_for_selector(".msg.reply:not(.streaming)")
     chip = page.locator("article.turn .chips .chip")
     assert chip.count() == 1 and re.fullmatch(r"notes\.md · \d+ tokens", chip.text_content())
-    assert "There is no file named nots.md; did you mean notes.md?" in page.locator(".notice").all_text_contents()
+    assert page.locator(".card.error").count() == 0 and page.locator("article.turn").count() == 1
     page.reload()                                              # recorded in the session, not only shown
     assert page.locator("article.turn .chips .chip").count() == 1
     no_horizontal_scroll(page)
