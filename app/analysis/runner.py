@@ -55,7 +55,7 @@ from ..events import EventLog
 from ..work.activity import Activity
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
-from . import plan, record
+from . import answers, plan, record
 from .execute import Execution, _one_line
 from .retrieve import Retrieval
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
@@ -239,9 +239,11 @@ class JobRunner:
 
     # -- user decisions ---------------------------------------------------------------------
 
-    def start(self, job: Job, instruction: str, scope: str, way: str = "read") -> None:
+    def start(self, job: Job, instruction: str, scope: str, way: str = "read", list_of: str | None = None) -> None:
         """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused).
-        ``way``: "read" every chunk, or "retrieve": one answer from the most relevant passages (issue 25)."""
+        ``way``: "read" every chunk, or "retrieve": one answer from the most relevant passages (issue 25).
+        ``list_of``: what the card's "list every …" field says (issue 32: "" is no list; None, a form
+        without the field: recognised from the instruction)."""
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
         if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
@@ -265,8 +267,9 @@ class JobRunner:
             if scope not in ("all", "first"):
                 raise JobError(f"Choose whether to analyse all {chunks} chunks or only the first {max_chunks}.")
             selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
+        listed = answers.list_target(text) if list_of is None else " ".join(list_of.split())[:120]
         self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected}, scope=chosen,
-                        instruction=instruction, message="", synthesis="")
+                        instruction=instruction, message="", synthesis="", list_of=listed)
         self._submit(job)
 
     def note(self, job: Job, message: str, *, expect: str | tuple[str, ...], **changes) -> None:

@@ -23,8 +23,8 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
-from . import direct as direct_analysis, library, passages, plan
-from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job
+from . import answers, direct as direct_analysis, library, passages, plan
+from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job, without_directive
 
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
@@ -61,7 +61,8 @@ def start(name: str, job_id: str):
             runner.decline(job)
         else:
             runner.start(job, instruction, request.form.get("scope", ""),
-                         "retrieve" if request.form.get("way") == "retrieve" else "read")
+                         "retrieve" if request.form.get("way") == "retrieve" else "read",
+                         list_of=request.form.get("list_of"))
     except InvalidTransition:
         pass                                  # started (or answered) already: show the card as it is
     except HarveyError as exc:                # refused: say why on the card, only if it is still asking
@@ -243,7 +244,8 @@ def _card_context() -> dict:
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
-            "retrieval_offer": retrieval_offer}
+            "retrieval_offer": retrieval_offer, "computed": computed,
+            "list_target": lambda text: answers.list_target(without_directive(text or ""))}
 
 
 def retrieval_offer(job: Job) -> dict:
@@ -314,6 +316,32 @@ def sources(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -
     return [{"chunk": n, "where": _where(p), "section": p.heading,
              "url": url_for("analysis.passage", name=session, turn=index, chunk=n)}
             for n, p in sorted(analysis.passages.items())]
+
+
+def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -> dict | None:
+    """What the app computed for an analysis answer (issue 32), from the scene's notes, for the view:
+    a list's items (each opening its passage like a citation) and its count line, the chunks'
+    disagreeing versions, the coverage, and whether the passages held the answer (with the whole-file
+    read offered when they did not).  Rendered at view time: the reply keeps the model's words."""
+    if not session or analysis is None or not analysis.computed:
+        return None
+    found = notes.read_computed(analysis.computed)
+
+    def link(chunk) -> str:
+        if isinstance(chunk, int) and chunk in analysis.passages:
+            return url_for("analysis.passage", name=session, turn=index, chunk=chunk)
+        return ""
+
+    items = [{**it, "url": link(it.get("chunk")), "value_text": answers.number_text(it["value"])
+              if isinstance(it.get("value"), (int, float)) else ""} for it in found.items]
+    count = None
+    if found.count is not None:
+        c = found.count
+        count = answers.count_line(int(c.get("count") or 0), str(c.get("target") or ""), c.get("total"),
+                                   int(c.get("valued") or 0), c.get("stated"), int(c.get("cut") or 0))
+    conflicts = [{**v, "url": link(v.get("chunk"))} for v in found.conflicts]
+    return {"listed": items, "count": count, "conflicts": conflicts, "coverage": found.coverage,
+            "unanswered": found.answerable is False, "replaced": found.replaced}
 
 
 def _where(p: fountain.Passage) -> str:
