@@ -254,3 +254,68 @@ def test_computed_notes_survive_the_session_file():
     read = notes.read_computed(back.analysis.computed)
     assert read.items[0]["text"] == "x]]" and read.items[0]["quote"] == "q [[y"
     assert read.count["stated"] == 4 and read.coverage == "read 2 of 2"
+
+
+# -- Self-Route: a passages answer that cannot answer offers the whole-file read -----------------------
+
+SPARE = "Mrs. Alder holds the only spare for the lamp room."
+
+
+def test_a_passages_answer_that_cannot_answer_offers_the_costed_whole_file_read_which_lands_the_fact(
+        tmp_path, scripted, make_live):
+    from conftest import make_config
+    from haystacks import haystack
+    from waiting import wait_for
+    config = make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True)
+    path = Path(config.workspace) / "harbour.md"
+    path.write_text(haystack(40, {31: SPARE}))
+    live = make_live(config)
+    asked = []
+
+    def script(body):
+        system = body["messages"][0]["content"]
+        prompt = body["messages"][-1]["content"]
+        if system.startswith("You answer questions"):              # the passages answer
+            asked.append(body)
+            return Reply(text=json.dumps({"answer": "The passages do not say who keeps the key.",
+                                          "in_passages": False}))
+        if is_reduce(body):
+            n = re.search(r"- \[(\d+)\] Mrs\. Alder", prompt).group(1)
+            return Reply(text=f"Mrs. Alder keeps it [{n}].")
+        _, text = chunk_text(body)
+        if SPARE in text:
+            return Reply(text=json.dumps({"relevant": True, "points": [{"point": "Mrs. Alder holds the spare",
+                                          "quote": SPARE}], "confidence": 4, "answer": "Mrs. Alder"}))
+        return Reply(text=json.dumps({"relevant": False, "points": [], "confidence": 5, "answer": ""}))
+
+    scripted.script = script
+    question = "Who keeps the lighthouse key in harbour.md?"
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": question})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": question, "way": "retrieve"})
+    wait_for(lambda: job.id not in live.services.jobs.jobs, 120, what=f"the passages answer ({job.state})")
+    assert job.state == "done", job.message
+    assert asked and asked[0]["format"] == __import__("app.analysis.retrieve", fromlist=["x"]).ROUTE_SCHEMA
+    page = live.get(f"/s/{name}").text
+    assert "The passages do not say who keeps the key." in page
+    assert re.search(r"Coverage: \d+ passages, about (?:\d+ %|under 1 %) of the file \(sections? Section", page)
+    offer = re.search(r'Read the whole file \((\d+) chunks, (\d+) model calls, ([^)]*)\)', page)
+    assert offer and int(offer.group(1)) == job.chunks and int(offer.group(2)) == job.estimated_calls
+    url = re.search(r'hx-post="([^"]*/read-whole)"', page).group(1)
+    before = len(scripted.chats())
+    live.post(url, headers={"HX-Request": "true"})
+    wait_for(lambda: not live.services.jobs.for_session(name), 120, what="the whole-file read")
+    assert len(scripted.chats()) - before > 3                              # every chunk was read
+    turn = recorded_turn(live, name)
+    assert turn.reply.startswith("Mrs. Alder keeps it [")                  # the read's answer is the reply
+    computed = notes.read_computed(turn.analysis.computed)
+    assert computed.replaced == "The passages do not say who keeps the key."     # the passages answer kept
+    assert turn.analysis.rag is None and turn.analysis.results
+    n = int(re.search(r"\[(\d+)\]", turn.reply).group(1))
+    opened = re.sub(r"<[^>]+>", "", live.get(f"/s/{name}/turns/0/passages/{n}", headers={"HX-Request": "true"}).text)
+    assert SPARE in opened
+    page = live.get(f"/s/{name}").text
+    assert "Coverage: read " in page and "Read the whole file (" not in page
+    assert "passages, about" not in page                                   # the replaced answer's notices went

@@ -82,7 +82,9 @@ def computed_notes(job: Job) -> list[str]:
     if job.coverage:
         out.append(notes.coverage(job.coverage))
     if job.way == "retrieve" and job.state == "done":
-        out.append(notes.answerable(job.rag_answerable))
+        minutes = job.seconds_per_chunk * job.chunks / 60 if job.seconds_per_chunk else None
+        out.append(notes.answerable(job.rag_answerable, {"chunks": job.chunks, "calls": job.estimated_calls,
+                                                         "minutes": round(minutes, 1) if minutes else None}))
     if job.replaces:
         out.append(notes.replaces(job.replaces))
     return out
@@ -141,6 +143,8 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
 
     def add(turn: fountain.Turn) -> None:
         turn.analysis = record
+        if answer is not None and job.replaces:     # Self-Route: the passages answer's notices go with it
+            turn.notes = [n for n in turn.notes if not notes.is_notice(n)]
         if answer is not None:
             turn.reply, turn.model = answer, job.model
             # Harvey's stats line under the answer, for the whole analysis: every call's

@@ -272,6 +272,27 @@ class JobRunner:
                         instruction=instruction, message="", synthesis="", list_of=listed)
         self._submit(job)
 
+    def read_whole(self, session: str, index: int) -> Job:
+        """Self-Route's whole-file read (issue 32): turn ``index`` holds a passages answer whose model said
+        the passages do not hold the answer; propose a full read of its file with its instruction and
+        start it at once (every chunk). Its answer replaces the passages answer, which its scene keeps."""
+        with self.svc.store.lock(session):
+            turns = self.svc.store.load(session).turns
+            turn = turns[index] if 0 <= index < len(turns) else None
+            analysis = turn.analysis if turn is not None else None
+            if analysis is None or not analysis.rag or turn.user_text is None:
+                raise JobError("That turn holds no answer from passages to read the whole file for.")
+            if notes.read_computed(analysis.computed).answerable is not False:
+                raise JobError("That answer says the passages hold it: there is nothing to read the whole file for.")
+            job = self.propose(session, index, analysis.file, analysis.instruction, analysis.model, remaining=0,
+                               turn_text=turn.user_text)
+            self.machine.update(job, expect="proposed", replaces=turn.reply or "")
+        try:
+            self.start(job, analysis.instruction, "all", "read")
+        except HarveyError as exc:
+            self.note(job, str(exc), expect="proposed")
+        return job
+
     def note(self, job: Job, message: str, *, expect: str | tuple[str, ...], **changes) -> None:
         """Show ``message`` on the job's card (e.g. why Start was refused), if the job is still in the
         state the writer saw (``expect``): a second device's refused Start finds the job running and

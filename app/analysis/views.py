@@ -340,8 +340,38 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
         count = answers.count_line(int(c.get("count") or 0), str(c.get("target") or ""), c.get("total"),
                                    int(c.get("valued") or 0), c.get("stated"), int(c.get("cut") or 0))
     conflicts = [{**v, "url": link(v.get("chunk"))} for v in found.conflicts]
+    offer = None
+    if found.answerable is False and analysis.rag:
+        cost = found.cost or {}
+        offer = {"url": url_for("analysis.read_whole", name=session, turn=index),
+                 "text": whole_read_text(cost.get("chunks"), cost.get("calls"), cost.get("minutes"))}
     return {"listed": items, "count": count, "conflicts": conflicts, "coverage": found.coverage,
-            "unanswered": found.answerable is False, "replaced": found.replaced}
+            "offer": offer, "replaced": found.replaced}
+
+
+def whole_read_text(chunks, calls, minutes) -> str:
+    """The Self-Route offer's cost, as the card gives it: "41 chunks, 43 model calls, about 12 min"."""
+    parts = [f"{chunks} chunk{'s' if chunks != 1 else ''}"] if chunks else []
+    parts += [f"{calls} model calls"] if calls else []
+    parts += [f"about {_minutes(minutes * 60)} min" if minutes else "time unknown until the model has answered once"]
+    return ", ".join(parts)
+
+
+@bp.post("/s/<name>/turns/<int:turn>/read-whole")
+def read_whole(name: str, turn: int):
+    """Self-Route's one tap (issue 32): a passages answer said the passages do not hold the answer; read
+    the whole file for the same instruction. Its answer replaces the passages answer as the turn's reply
+    (which the new scene keeps)."""
+    _session(name)
+    try:
+        job = services().jobs.read_whole(name, turn)
+    except Busy as exc:
+        abort(409, description=str(exc))
+    except (HarveyError, OSError) as exc:
+        abort(400, description=str(exc))
+    if request.headers.get("HX-Request") == "true":
+        return _turn_html(job)
+    return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
 
 
 def _where(p: fountain.Passage) -> str:

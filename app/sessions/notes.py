@@ -39,6 +39,10 @@ def notice(text: str) -> str:
     return f"notice: {' '.join(text.split())}"
 
 
+def is_notice(note: str) -> bool:
+    return _body(note).startswith("notice:")
+
+
 def offer_chunks(files: list[str]) -> str:
     return f"offer-chunks: {', '.join(files)}"
 
@@ -209,9 +213,12 @@ def coverage(text: str) -> str:
     return f"chunk-coverage: {' '.join(text.split())}".replace("]]", "] ]").replace("[[", "[ [")
 
 
-def answerable(held: bool) -> str:
-    """Self-Route: whether the passages held the answer, as the model judged."""
-    return f"rag-answerable: {'yes' if held else 'no'}"
+def answerable(held: bool, cost: dict | None = None) -> str:
+    """Self-Route: whether the passages held the answer, as the model judged; when they did not, what
+    reading the whole file costs (``{"chunks", "calls", "minutes"}``, as the card said)."""
+    if held:
+        return "rag-answerable: yes"
+    return "rag-answerable: no" + (f" {_packed(cost)}" if cost else "")
 
 
 def replaces(answer: str) -> str:
@@ -228,6 +235,7 @@ class Computed:
     conflicts: list[dict] = field(default_factory=list)
     coverage: str = ""
     answerable: bool | None = None
+    cost: dict | None = None          # the whole-file read's cost a Self-Route offer shows
     replaced: str = ""
 
 
@@ -249,7 +257,9 @@ def read_computed(notes_: list[str]) -> Computed:
         elif head == "chunk-coverage":
             out.coverage = rest
         elif head == "rag-answerable":
-            out.answerable = rest != "no"
+            out.answerable = not rest.startswith("no")
+            if not out.answerable and rest[2:].strip():
+                out.cost = _unpacked(rest[2:].strip())
         elif head == "chunk-replaces":
             out.replaced = (_unpacked(rest) or {}).get("answer", "")
     return out
