@@ -31,6 +31,7 @@ stated count, model calls, and the machine's load average.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -105,8 +106,12 @@ def run_way(live, way: str) -> dict:
         form["way"] = "retrieve"
     live.post(f"/s/{name}/analysis/{job.id}/start", data=form)
     deadline = time.monotonic() + DEADLINE_S
-    while job.id in live.services.jobs.jobs and time.monotonic() < deadline:
+    while (job.id in live.services.jobs.jobs and job.state not in ("failed", "interrupted")
+           and time.monotonic() < deadline):
         time.sleep(0.2)
+    if job.state != "done":
+        return {"state": f"{job.state}: {job.message}"[:80], "reply": "", "items": [], "count": None,
+                "calls": job.model_calls}
     text = (live.services.store.folder / f"{name}.spmd").read_text()
     (turn,) = [t for t in fountain.turns(fountain.loads(text)) if t.user_text]
     computed = notes.read_computed(turn.analysis.computed) if turn.analysis else notes.Computed()
@@ -156,6 +161,8 @@ def main() -> None:
             for way in args.ways:
                 with tempfile.TemporaryDirectory() as tmp:
                     config = make_config(Path(tmp), url, model=model)
+                    if args.demo:       # the real model's first byte may take minutes on a busy machine
+                        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, timeout_s=600.0))
                     Path(config.workspace).mkdir(parents=True)
                     (Path(config.workspace) / "codes.md").write_text(text)
                     live = LiveApp(config)

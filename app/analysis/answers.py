@@ -200,7 +200,7 @@ def number_text(value: float) -> str:
 _WORDS_NUMBERS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven "
                                              "twelve".split())}
 _STATED = re.compile(r"\b(?:there\s+(?:are|were|is)\s+|(?:a\s+)?total\s+of\s+|found\s+|lists?\s+|contains?\s+|"
-                     r"holds?\s+|counted\s+)?(?P<n>\d[\d,]*|zero|one|two|three|four|five|six|seven|eight|nine|ten|"
+                     r"holds?\s+|counted\s+)?(?<![\w\-.,])(?P<n>\d[\d,]*|zero|one|two|three|four|five|six|seven|eight|nine|ten|"
                      r"eleven|twelve)\s+(?:(?:different|distinct|unique|separate|such|\w+)\s+){0,2}?(?P<noun>\w+)",
                      re.I)
 
@@ -218,9 +218,18 @@ def stated_count(text: str, target: str) -> int | None:
     return None
 
 
+def plural(target: str, n: int) -> str:
+    """"vault code" -> "vault codes" when n is not 1 (a target given in the plural stays as it is)."""
+    if n == 1 or target.endswith("s") or not target[-1:].isalpha():
+        return target
+    if target.endswith("y") and target[-2:-1] not in "aeiou":
+        return target[:-1] + "ies"
+    return target + ("es" if target.endswith(("sh", "ch", "x", "z")) else "s")
+
+
 def count_line(count: int, target: str, total: float | None, valued: int, stated: int | None, cut: int) -> str:
     """The computed count as the answer shows it (and the scene's ``chunk-count`` note says)."""
-    line = f"{count:,} {target or 'items'}" + (f" (and {cut:,} more not kept)" if cut else "")
+    line = f"{count:,} {plural(target or 'item', count)}" + (f" (and {cut:,} more not kept)" if cut else "")
     if total is not None:
         line += f"; total {number_text(total)}" + (f" over the {valued:,} that carry a number" if valued < count else "")
     if stated is not None and stated != count:
