@@ -290,7 +290,7 @@ def test_a_passages_answer_that_cannot_answer_offers_the_costed_whole_file_read_
         return Reply(text=json.dumps({"relevant": False, "points": [], "confidence": 5, "answer": ""}))
 
     scripted.script = script
-    question = "Who keeps the lighthouse key in harbour.md?"
+    question = "Who keeps the lighthouse key in harbour.md?"  # (a point question: no list)
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": question})
     job = live.services.jobs.open_for(name)
@@ -300,6 +300,7 @@ def test_a_passages_answer_that_cannot_answer_offers_the_costed_whole_file_read_
     assert asked and asked[0]["format"] == __import__("app.analysis.retrieve", fromlist=["x"]).ROUTE_SCHEMA
     page = live.get(f"/s/{name}").text
     assert "The passages do not say who keeps the key." in page
+    assert "Counted by the app" not in page and "chunk-item:" not in session_text(live, name)   # no list computed
     assert re.search(r"Coverage: \d+ passages, about (?:\d+ %|under 1 %) of the file \(sections? Section", page)
     offer = re.search(r'Read the whole file \((\d+) chunks, (\d+) model calls, ([^)]*)\)', page)
     assert offer and int(offer.group(1)) == job.chunks and int(offer.group(2)) == job.estimated_calls
@@ -319,3 +320,21 @@ def test_a_passages_answer_that_cannot_answer_offers_the_costed_whole_file_read_
     page = live.get(f"/s/{name}").text
     assert "Coverage: read " in page and "Read the whole file (" not in page
     assert "passages, about" not in page                                   # the replaced answer's notices went
+
+
+def test_a_passages_answer_to_a_list_question_records_no_count_of_its_own():
+    from app.analysis import record
+    from app.analysis.job import Job
+    job = Job(id="j", session="s", turn=0, file="f.md", user_text="List every code.", instruction="List every code.",
+              model="m", file_tokens=9000, remaining=100, chunks=12, size_tokens=1500, boundary="paragraph",
+              kind="prose", fingerprint="x", window=4096, bytes_per_token=4.0, state="done", list_of="code",
+              way="retrieve", coverage="9 passages, about 4 % of the file", rag_answerable=False,
+              estimated_calls=13, seconds_per_chunk=30.0)
+    written = record.computed_notes(job)
+    assert not any(n.startswith(("chunk-item:", "chunk-count:")) for n in written)
+    read = notes.read_computed(written)
+    assert read.answerable is False and read.cost == {"chunks": 12, "calls": 13, "minutes": 6.0}
+    assert read.coverage == "9 passages, about 4 % of the file"
+    job.way, job.items = "read", [{"text": "A1", "quote": "code A1", "value": None, "chunks": [2], "at": 5}]
+    read = notes.read_computed(record.computed_notes(job))
+    assert read.count["count"] == 1 and read.items[0]["chunk"] == 2

@@ -72,7 +72,7 @@ def computed_notes(job: Job) -> list[str]:
     count, a point question's disagreeing versions, the coverage, Self-Route's verdict and the
     passages answer a whole-file read replaced."""
     out = []
-    if job.list_of and job.state == "done":
+    if job.list_of and job.way != "retrieve" and job.state == "done":
         total = len(job.items)
         out += [notes.item(n, total, it) for n, it in enumerate(job.items, 1)]
         values = [it["value"] for it in job.items if it.get("value") is not None]
