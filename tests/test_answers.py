@@ -226,6 +226,12 @@ def test_merge_keeps_one_item_per_place_and_per_near_same_words():
     assert [i.text for i in items] == ["A1", "B2", "made up"] and cut == 0
     assert items[1].chunks == [1, 2] and items[0].chunks == [1, 2]
     assert not answers.near("Record R-017 amount 5", "Record R-018 amount 5")
+    row = "Codes A1 and B2 open the doors."                # two items quoting one sentence stay two
+    both = ChunkResult(0, "ok", start=0, end=len(row), points=[{"point": "A1", "quote": row},
+                                                              {"point": "B2", "quote": row},
+                                                              {"point": "code B2", "quote": "B2 open the doors"}])
+    items, _ = answers.merge_items([both], row)
+    assert [i.text for i in items] == ["A1", "B2"]
 
 
 def test_stated_count_and_values_come_from_the_words():
@@ -338,3 +344,19 @@ def test_a_passages_answer_to_a_list_question_records_no_count_of_its_own():
     job.way, job.items = "read", [{"text": "A1", "quote": "code A1", "value": None, "chunks": [2], "at": 5}]
     read = notes.read_computed(record.computed_notes(job))
     assert read.count["count"] == 1 and read.items[0]["chunk"] == 2
+
+
+def test_names_that_differ_by_a_letter_stay_apart_and_a_long_list_merges_in_linear_time():
+    import itertools
+    names = ["".join(p).title() + "son" for p in itertools.islice(itertools.product("abcdefghij", repeat=3), 600)]
+    sentences = [f"The person called {n} works here." for n in names]
+    text = " ".join(sentences)
+    results = []
+    for c in range(6):                                       # 100 a chunk, each chunk sharing 5 with the next
+        part = sentences[c * 100:(c + 1) * 100 + 5]
+        start = text.index(part[0])
+        results.append(ChunkResult(c, "ok", start=start, end=text.index(part[-1]) + len(part[-1]),
+                                   points=[{"point": s.split()[3], "quote": s} for s in part]))
+    items, cut = answers.merge_items(results, text)
+    assert [i.text for i in items] == names and cut == 0
+    assert all(i.chunks == [c + 1, c + 2] for c in range(5) for i in items[(c + 1) * 100:(c + 1) * 100 + 5])

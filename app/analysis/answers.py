@@ -83,11 +83,16 @@ def _norm(text: str) -> str:
     return " ".join(_WORD.findall(text.casefold()))
 
 
-def near(a: str, b: str) -> bool:
-    """Two quotes (or items) that are the same words as far as a reader can tell: folded equal, or
-    one holding the other, or nearly equal by letters, and always with the same digits (record 17
-    and record 18 are two items however alike their words)."""
-    a, b = _norm(a), _norm(b)
+def near(a: str, b: str, ratio: float | None = None) -> bool:
+    """Two quotes (or items) that are the same words as far as a reader can tell: folded equal (case,
+    spaces and punctuation aside), or one holding the other (a quote cut shorter), always with the same
+    digits (record 17 and record 18 are two items however alike their words); with ``ratio``, also
+    nearly equal by letters (for short answers, never for quotes: "Aaason" and "Aabson" are two people)."""
+    return _near_folded(_norm(a), _norm(b), ratio)
+
+
+def _near_folded(a: str, b: str, ratio: float | None = None) -> bool:
+    """``near`` of two texts already folded (``_norm``)."""
     if not a or not b:
         return False
     if a == b:
@@ -97,7 +102,7 @@ def near(a: str, b: str) -> bool:
     short, long = sorted((a, b), key=len)
     if len(short) >= 4 and short in long and len(short) >= 0.5 * len(long):
         return True
-    return SequenceMatcher(None, a, b, autojunk=False).ratio() >= 0.9
+    return ratio is not None and SequenceMatcher(None, a, b, autojunk=False).ratio() >= ratio
 
 
 @dataclass
@@ -111,6 +116,9 @@ class Item:
     value: float | None = None
     chunks: list[int] = field(default_factory=list)
     at: int = -1
+    end: int = -1          # where its quote ends in the document's text
+    digits: tuple = field(default=(), repr=False, compare=False)   # its quote's digits (the merge's first test)
+    folded: str = field(default="", repr=False, compare=False)     # its quote (or words) folded
 
     @property
     def chunk(self) -> int:
@@ -134,52 +142,94 @@ def _value(item: dict, quote: str) -> float | None:
 def merge_items(results, text: str) -> tuple[list[Item], int]:
     """The items of every relevant chunk's list (``ChunkResult``s with ``points`` of
     ``{"point", "quote", "value"}``), merged: an item is the same as one before when its quote lies at
-    the same place of ``text`` (the overlap two chunks share), or its quote or, without quotes, its
-    words are ``near`` the other's.  In the file's order (items without a place after, in chunk
-    order).  Returns the items and how many were left out over ``MAX_ITEMS``."""
+    the same place of ``text`` or overlaps it there (the overlap two chunks share), when its quote (or,
+    without quotes, its words) folds to the same words anywhere, or when it is ``near`` an item of its
+    own chunk or the chunk before (a model's slightly different quote of the shared overlap).  In the
+    file's order (items without a place after, in chunk order).  Returns the items and how many were
+    left out over ``MAX_ITEMS``.  Linear in the items but for the near-match window (a Pi lists
+    thousands)."""
     items: list[Item] = []
+    by_place: dict[int, Item] = {}
+    by_words: dict[str, Item] = {}
     cut = 0
     for r in results:
         if not getattr(r, "relevant", True) or getattr(r, "status", "ok") != "ok":
             continue
         chunk_text = text[r.start:r.end] if r.end > r.start else ""
         squashed = Squashed(chunk_text) if chunk_text else None
+        n = r.index + 1
         for p in r.points:
             words = " ".join(str(p.get("point", "")).split())
             quote = " ".join(str(p.get("quote", "")).split())
             if not words and not quote:
                 continue
-            at = -1
+            at, span = -1, (0, 0)
             if quote and squashed is not None and (spans := squashed.spans(quote)):
-                at = r.start + spans[0][0]
-            value = _value(p, quote) if quote else None
-            same = _same(items, at, quote, words)
+                span = (r.start + spans[0][0], r.start + spans[0][1])
+                at = span[0]
+            key = ("q:" + _norm(quote)) if quote else ("w:" + _norm(words))
+            candidates = (by_place.get(at) if at >= 0 else None, by_words.get(key), _overlapping(items, span, n),
+                          _near(items, quote, words, n))
+            same = next((c for c in candidates if c is not None and alike(words, c.text)), None)
             if same is not None:
-                if r.index + 1 not in same.chunks:
-                    same.chunks.append(r.index + 1)
-                if same.value is None and value is not None:
-                    same.value = value
+                if n not in same.chunks:
+                    same.chunks.append(n)
+                if same.value is None and quote:
+                    same.value = _value(p, quote)
                 continue
             if len(items) >= MAX_ITEMS:
                 cut += 1
                 continue
-            items.append(Item(words or quote, quote, value, [r.index + 1], at))
+            item = Item(words or quote, quote, _value(p, quote) if quote else None, [n], at)
+            item.end, item.folded = span[1], _norm(quote or words)
+            item.digits = tuple(_DIGITS.findall(item.folded))
+            items.append(item)
+            by_words.setdefault(key, item)
+            if at >= 0:
+                by_place.setdefault(at, item)
     placed = sorted((i for i in items if i.at >= 0), key=lambda i: i.at)
     return placed + [i for i in items if i.at < 0], cut
 
 
-def _same(items: list[Item], at: int, quote: str, words: str) -> Item | None:
-    for item in items:
-        if at >= 0 and item.at >= 0:
-            # two quotes of the file: the same item if they overlap in the file, else two places
-            if at == item.at or (item.at <= at < item.at + len(item.quote)) or (at <= item.at < at + len(quote)):
-                return item
-            if quote and item.quote and near(quote, item.quote):
-                return item
+def alike(a: str, b: str) -> bool:
+    """Two names of items that may be one item: the same digits, and the same words, one within the
+    other ("VC-001" and "vault code VC-001"; never "VC-001" and "VC-002", nor "A1" and "B2" that quote
+    the same sentence)."""
+    a, b = _norm(a), _norm(b)
+    if not a or not b or a == b:
+        return True
+    if _DIGITS.findall(a) != _DIGITS.findall(b):
+        return False
+    return a in b or b in a
+
+
+NEAR_WINDOW = 400          # items of the chunk before and this one compared letter by letter
+
+
+def _recent(items: list[Item], n: int):
+    """The latest items that came from chunk ``n`` or the one before (newest first, at most NEAR_WINDOW)."""
+    for item in reversed(items[-NEAR_WINDOW:]):
+        if item.chunks and item.chunks[-1] >= n - 1:
+            yield item
+
+
+def _overlapping(items: list[Item], span: tuple[int, int], n: int) -> Item | None:
+    """An item whose quote's place in the file overlaps this one's (two chunks quoting their overlap)."""
+    if span[1] <= span[0]:
+        return None
+    return next((i for i in _recent(items, n) if i.at >= 0 and i.at < span[1] and span[0] < i.end), None)
+
+
+def _near(items: list[Item], quote: str, words: str, n: int) -> Item | None:
+    """An item of this chunk or the one before whose quote (or, without quotes, words) is ``near``
+    this one's; the digits are compared first, so most items cost one tuple comparison."""
+    mine = _norm(quote or words)
+    digits = tuple(_DIGITS.findall(mine))
+    for item in _recent(items, n):
+        if bool(quote) != bool(item.quote) or item.digits != digits:
             continue
-        if quote and item.quote and near(quote, item.quote):
-            return item
-        if not quote and not item.quote and near(words, item.text):
+        if (len(item.folded) >= 4 and len(mine) >= 4 and (item.folded in mine or mine in item.folded)
+                and _near_folded(mine, item.folded)):
             return item
     return None
 
@@ -256,7 +306,7 @@ def versions(results) -> list[Version]:
         answer = " ".join(str(getattr(r, "answer", "") or "").split())
         if not getattr(r, "relevant", True) or not answer:
             continue
-        same = next((v for v in out if near(v.answer, answer)), None)
+        same = next((v for v in out if near(v.answer, answer, ratio=0.85)), None)
         if same is None:
             out.append(Version(answer, [r.index + 1], r.confidence))
         else:

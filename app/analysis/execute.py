@@ -334,7 +334,8 @@ class Execution:
         task, note = job.task, ""
         if job.list_of:
             items, changes["items_cut"] = answers.merge_items([r for _, r in relevant], text)
-            changes["items"] = [dataclasses.asdict(item) for item in items]
+            changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "chunks": i.chunks, "at": i.at}
+                                for i in items]
             task = mapreduce.list_reduce_task(job.task, job.list_of, len(items))
         elif answers.point_question(job.task):
             found = answers.versions([r for _, r in relevant])
