@@ -563,3 +563,12 @@ def list_reduce_task(task: str, target: str, count: int) -> str:
     writes only a short summary of them."""
     return (f"{task}\n(The app itself lists and counts the {target or 'items'}: {count} in all. Do not list them; "
             f"write only a short summary of them in at most three sentences.)")
+
+
+def map_system_for(task: str) -> str:
+    """The longest system line (and the list's closing line, for the longest "list every" the card
+    takes) a map request of ``task`` may carry, for sizing its chunks (``plan.map_fixed_tokens``)."""
+    from .answers import list_target, point_question     # (answers imports nothing of this module)
+    if list_target(task):
+        return LIST_SYSTEM + "\n---\nList every " + "x" * 120 + " in this chunk, each with its exact words."
+    return POINT_SYSTEM if point_question(task) else MAP_JSON_SYSTEM
