@@ -360,3 +360,17 @@ def test_names_that_differ_by_a_letter_stay_apart_and_a_long_list_merges_in_line
     items, cut = answers.merge_items(results, text)
     assert [i.text for i in items] == names and cut == 0
     assert all(i.chunks == [c + 1, c + 2] for c in range(5) for i in items[(c + 1) * 100:(c + 1) * 100 + 5])
+
+
+def test_a_list_item_the_chunk_does_not_hold_is_left_out():
+    chunk = "Vault code VC-004 opens locker 4. The tides move ships."
+    reply = json.dumps({"relevant": True, "confidence": 3, "items": [
+        {"item": "Victus", "quote": "Victus", "value": 100},                 # made up (SmolLM2 did this)
+        {"item": "VC-004", "quote": "vault code  vc-004 opens", "value": 4},  # the chunk's words, folded
+        {"item": "VC-004", "quote": "it opens a locker", "value": None}]})    # a bad quote, a name it holds
+    answer = mapreduce.read_list_reply(reply, chunk)
+    assert [(p["point"], p["quote"]) for p in answer.points] == [("VC-004", "Vault code VC-004 opens"),
+                                                                ("VC-004", "VC-004")]
+    free = mapreduce.read_list_reply("- Victus\n- vault code VC-004", chunk)
+    assert [p["quote"] for p in free.points] == ["Vault code VC-004"]
+    assert mapreduce.read_list_reply("- Victus", chunk).points == []

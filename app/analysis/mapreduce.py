@@ -483,9 +483,11 @@ _LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(?P<item>.+?)\s*$")
 
 
 def read_list_reply(reply: str, chunk_text: str) -> MapAnswer:
-    """A list map reply: LIST_SCHEMA's JSON (each item's quote kept only where the chunk holds it,
-    its value as given), else free text whose bullet lines are the items (each its own quote
-    when the chunk holds it), relevant unless it says in one line that nothing is."""
+    """A list map reply: LIST_SCHEMA's JSON, else free text whose bullet lines are the items.  An item
+    is kept only when it rests on the chunk's words: its quote, or else its name, found in the chunk
+    (that is its quote then); an item the chunk holds neither way was made up and is left out, so the
+    app's count is of items the file holds.  Its value is kept as given (``answers`` keeps it only
+    where its quote writes it)."""
     data = _list_data(reply)
     squashed = Squashed(chunk_text)
     if data is None:
@@ -493,14 +495,14 @@ def read_list_reply(reply: str, chunk_text: str) -> MapAnswer:
         if nothing_relevant(text):
             return MapAnswer(relevant=False, text=text)
         lines = [m["item"] for line in text.splitlines() if (m := _LIST_LINE.match(line))]
-        points = [{"point": _line(item), "quote": found_quote(item, squashed), "value": None}
-                  for item in lines[:MAX_LIST_ITEMS]]
-        return MapAnswer(relevant=True, text=text, points=points)
+        points = [{"point": _line(item), "quote": quote, "value": None}
+                  for item in lines[:MAX_LIST_ITEMS] if (quote := found_quote(item, squashed))]
+        return MapAnswer(relevant=True, text=text, points=points)     # (its text still goes to the synthesis)
     points = []
     for item in data["items"][:MAX_LIST_ITEMS]:
         words = _line(str(item.get("item") or ""))
-        quote = found_quote(str(item.get("quote") or ""), squashed)
-        if not words and not quote:
+        quote = found_quote(str(item.get("quote") or ""), squashed) or found_quote(words, squashed)
+        if not quote:           # an item the chunk does not hold, in its quote or its name: made up
             continue
         value = item.get("value")
         points.append({"point": words or quote, "quote": quote,
