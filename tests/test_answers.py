@@ -374,3 +374,12 @@ def test_a_list_item_the_chunk_does_not_hold_is_left_out():
     free = mapreduce.read_list_reply("- Victus\n- vault code VC-004", chunk)
     assert [p["quote"] for p in free.points] == ["Vault code VC-004"]
     assert mapreduce.read_list_reply("- Victus", chunk).points == []
+
+
+def test_the_passages_verdict_is_read_from_json_cut_json_or_plain_words():
+    from app.analysis.retrieve import read_routed
+    assert read_routed('{"answer": "Admiral Pepper [3].", "in_passages": true}') == ("Admiral Pepper [3].", True)
+    assert read_routed('```json\n{"answer": "Not there.", "in_passages": false}\n```') == ("Not there.", False)
+    assert read_routed('{"answer": "The parrot is called Admiral \\"Pep') == ('The parrot is called Admiral "Pep […]', True)
+    assert read_routed("The passages do not mention the parrot.")[1] is False
+    assert read_routed("It is Admiral Pepper [3].") == ("It is Admiral Pepper [3].", True)

@@ -297,4 +297,15 @@ def read_routed(reply: str) -> tuple[str, bool]:
         data = None
     if isinstance(data, dict) and isinstance(data.get("answer"), str) and isinstance(data.get("in_passages"), bool):
         return data["answer"].strip(), data["in_passages"]
+    if (cut := _CUT_ANSWER.match(text)) is not None:       # the JSON cut off by the reply cap: its answer so far
+        words = cut.group(1).rstrip("\\")
+        try:
+            words = json.loads(f'"{words}"')
+        except ValueError:
+            pass
+        held = re.search(r'"in_passages"\s*:\s*false', text) is None and _CANNOT.search(words[:300]) is None
+        return words.strip() + " […]", held
     return text, _CANNOT.search(text[:300]) is None
+
+
+_CUT_ANSWER = re.compile(r'^\{\s*"answer"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)
