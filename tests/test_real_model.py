@@ -166,3 +166,41 @@ def test_answer_from_passages_with_the_real_embedding_model(tmp_path, demo_model
     recorded = (live.services.store.folder / f"{session}.spmd").read_text()
     assert re.search(rf"\[\[rag: {len(job.rag)} chunks from town\.md, top score \d\.\d\d\]\]", recorded)
     assert fountain.turns(fountain.loads(recorded))[-1].reply
+
+
+def test_list_path_end_to_end(tmp_path, demo_model, make_live):
+    """Issue 32: a list instruction on the real model: every map call asks for LIST_SCHEMA, the app merges
+    whatever items the 135M model gives (its quality aside), records them with their count, and the page
+    shows the count and the coverage."""
+    from app.sessions import notes
+    config = real_config(tmp_path, demo_model)
+    config = dataclasses.replace(config, chunking=ChunkingConfig(chunk_size_tokens=300, map_reply_tokens=96),
+                                 models={MODEL: dataclasses.replace(config.model(MODEL), context_window=2048)})
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    sections = []
+    for s, colour in enumerate(("red", "green", "blue")):
+        sections.append(f"## Locker room {s + 1}\n\n" + "\n\n".join(
+            f"The {colour} locker number {10 * s + i} holds vault code VC-{10 * s + i:03d}. " * 3 for i in range(5)))
+    (workspace / "codes.md").write_text("\n\n".join(sections) + "\n")
+    live = make_live(config)
+    session = live.open_session()
+    live.post(f"/s/{session}/analysis/direct", data={"file": "codes.md"})
+    job = live.services.jobs.open_for(session)
+    live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "List every vault code.",
+                                                             "scope": "all"})
+    list(live.sse(f"/s/{session}/analysis/{job.id}/events", timeout=400, total=600))
+    assert job.state == "done", (job.state, job.message)
+    assert job.list_of == "vault code"
+    assert all(r.status == "ok" for r in job.results.values()) and len(job.results) == job.total
+    assert all("value" in p for r in job.results.values() for p in r.points)     # read as list items
+    text = (live.services.store.folder / f"{session}.spmd").read_text()
+    turn = fountain.turns(fountain.loads(text))[-1]
+    computed = notes.read_computed(turn.analysis.computed)
+    assert computed.count is not None and computed.count["count"] == len(computed.items)
+    assert computed.coverage.startswith(f"read {job.total} of {job.total} chunks (lines 1–")
+    for item in computed.items:                 # every item the app kept rests on the file's own words or none
+        assert not item["quote"] or " ".join(item["quote"].split()).casefold() in " ".join(
+            (workspace / "codes.md").read_text().split()).casefold()
+    page = live.get(f"/s/{session}").text
+    assert "Counted by the app:" in page and "Coverage: read" in page

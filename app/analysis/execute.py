@@ -29,9 +29,10 @@ from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
 from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError
+from ..sessions import notes
 from ..work.activity import Part
 from ..work.calls import Request
-from . import mapreduce, plan, record
+from . import answers, mapreduce, plan, record
 from .inflight import Interrupted, MapQueue
 from .job import ChunkResult, Job
 
@@ -149,10 +150,10 @@ class Execution:
             started = time.monotonic()
             try:
                 reply = self._map_call(job, chunk, budget, pages, part)
-                answer = mapreduce.read_map_reply(reply, text[chunk.start:chunk.end])
+                answer = self._read_reply(job, reply, text[chunk.start:chunk.end])
                 return ChunkResult(chunk.index, "ok", answer.text, seconds=time.monotonic() - started,
                                    heading=heading, relevant=answer.relevant, points=answer.points,
-                                   confidence=answer.confidence, **where)
+                                   confidence=answer.confidence, answer=answer.answer, **where)
             except ContextExceeded as exc:
                 if self.runner._stopped(job) or part.cancelled:
                     return None
@@ -214,6 +215,8 @@ class Execution:
         A structured reply also spells out its quotes and the JSON around them, so it may
         generate about twice the free-text budget (within the cap every chunk was sized for):
         a reply cut off mid-JSON would be read as free text."""
+        if job.list_of or answers.point_question(job.task):
+            return self._shaped_call(job, chunk, budget, pages, part)
         if not job.format_refused and budget.words is not None:    # (a translation is no list of points)
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
             num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
@@ -226,6 +229,42 @@ class Execution:
                 self.machine.update(job, expect="running", format_refused=True)
         messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
         return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True, holder=part)
+
+    @staticmethod
+    def _read_reply(job: Job, reply: str, chunk_text: str) -> mapreduce.MapAnswer:
+        """A map reply read by the shape it was asked in (issue 32: a list's items, a point
+        question's short answer, else points)."""
+        if job.list_of:
+            return mapreduce.read_list_reply(reply, chunk_text)
+        if answers.point_question(job.task):
+            return mapreduce.read_point_reply(reply, chunk_text)
+        return mapreduce.read_map_reply(reply, chunk_text)
+
+    def _shaped_call(self, job: Job, chunk: chunking.Chunk, budget, pages, part: Part) -> str:
+        """A map call of a list instruction (every item with its words: LIST_SCHEMA, the whole reply
+        cap) or of a point question (points and a short answer: POINT_SCHEMA); as free text once the
+        server refused a schema."""
+        cap = self.svc.config.chunking.map_reply_tokens
+        if job.list_of:
+            messages = mapreduce.list_messages(job.task, job.list_of, chunk, job.total, pages)
+            schema, num_predict = mapreduce.LIST_SCHEMA, cap
+        else:
+            messages = mapreduce.point_messages(job.task, chunk, job.total, budget.words, pages)
+            schema, num_predict = mapreduce.POINT_SCHEMA, min(cap, 2 * budget.num_predict + 48)
+        if not job.format_refused:
+            try:
+                return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
+                                  format=schema, holder=part)
+            except FormatRefused as exc:
+                log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
+                         _one_line(exc))
+                self.machine.update(job, expect="running", format_refused=True)
+        if job.list_of:
+            messages = [{"role": "system", "content": mapreduce.MAP_SYSTEM}, messages[1]]
+        else:
+            messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
+        return self._call(job, messages, num_predict if job.list_of else budget.num_predict,
+                          kind=job.text_kind or None, chunk=True, holder=part)
 
     def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """The model server is away: pause the job with what it has; Retry continues it."""
@@ -292,23 +331,51 @@ class Execution:
         relevant = [(i, r) for i, r in answered if r.relevant]
         missing = [i + 1 for i in range(job.file_chunks)
                    if job.results.get(i) is None or job.results[i].status != "ok"]
+        computed = self._computed(job, doc, answered, relevant)
         if not relevant:
             answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
                       f"chunk{'s' if len(answered) != 1 else ''} read), so nothing was synthesized.")
         else:
-            answer = self._synthesize(job, relevant, missing)
+            answer = self._synthesize(job, relevant, missing, **computed)
             if answer is None:
                 return
+        stated = answers.stated_count(answer, job.list_of) if job.list_of and relevant else None
         answer += record.coverage_note(job)
-        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time())
+        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), stated=stated)
         self.runner._finish(job, answer, "ok")
 
-    def _synthesize(self, job: Job, relevant: list[tuple[int, ChunkResult]], missing: list[int]) -> str | None:
+    def _computed(self, job: Job, doc: chunking.Document, answered, relevant) -> dict:
+        """What the app computes from the partial answers before the synthesis (issue 32), saved on the
+        job for the record: the coverage; a list's merged items; a point question's versions.  Returns
+        the synthesis instruction and note that follow from them."""
+        text = doc.text
+        last = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        changes: dict = {"coverage": answers.read_coverage(
+            job.done_count, job.file_chunks, 1, max(1, last), len(answered) - len(relevant),
+            "; ".join(notes.where(span) for span in job.unread))}
+        task, note = job.task, ""
+        if job.list_of:
+            items, changes["items_cut"] = answers.merge_items([r for _, r in relevant], text)
+            changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "chunks": i.chunks, "at": i.at}
+                                for i in items]
+            task = mapreduce.list_reduce_task(job.task, job.list_of, len(items))
+        elif answers.point_question(job.task):
+            found = answers.versions([r for _, r in relevant])
+            changes["versions"] = [dataclasses.asdict(v) for v in found] if len(found) > 1 else []
+            note = answers.conflict_note(found)
+        self.machine.update(job, expect="synthesizing", **changes)
+        return {"task": task, "extra": note}
+
+    def _synthesize(self, job: Job, relevant: list[tuple[int, ChunkResult]], missing: list[int],
+                    task: str | None = None, extra: str = "") -> str | None:
         """The reduce over the relevant chunks' parts, each point labelled ``[n]``; its citations
-        reduced to relevant chunks.  None when it did not finish (the job has moved on)."""
+        reduced to relevant chunks.  None when it did not finish (the job has moved on).
+        ``task``: the synthesis instruction (a list's asks for a summary only); ``extra``: a line for
+        the request (the chunks' disagreeing answers)."""
         config = self.svc.config
         parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
         note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
+        note += extra
         effective = plan.effective_context(self.svc, job.model, job.window)
         cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
@@ -317,7 +384,7 @@ class Execution:
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
             progress=lambda stage: self.runner._progress(job, stage=stage))
         try:
-            answer = combiner.combine(job.task, parts, note)
+            answer = combiner.combine(task or job.task, parts, note)
         except HarveyError as exc:
             if self.runner._stopped(job):
                 self.runner._after_stop(job)

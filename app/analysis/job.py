@@ -113,6 +113,7 @@ class ChunkResult:
     relevant: bool = True      # the chunk had something for the instruction (else: left out of the reduce)
     points: list[dict] = field(default_factory=list)   # [{"point", "quote"}]; a quote occurs in the chunk
     confidence: int | None = None                       # 0-5 from a structured answer; None: free text
+    answer: str = ""                    # a point question's short answer (issue 32); "" otherwise
     # where the chunk lies in the document's text, for the record's passage (issue #15)
     start: int = 0
     end: int = 0
@@ -191,6 +192,22 @@ class Job:
     tokens_counted: bool = False
     rag_search: str = ""
     rag_chunks: int = 0              # the chunks of the file's retrieval index (the passages' "of N")
+    # Issue 32, what the app computes beside the model's words (recorded as notes, shown at view time):
+    # ``list_of``: what a list instruction lists ("vault codes"; "" none), as the card shows it to edit;
+    # ``items``: the merged items ({"text", "quote", "value", "chunks", "at"}), ``items_cut`` those over
+    # the limit, ``stated``: the count the model's text gave (None: none); ``versions``: a point
+    # question's different answers ({"answer", "chunks", "confidence"}, two or more); ``coverage``: how
+    # much of the file the answer rests on, in words.
+    list_of: str = ""
+    items: list[dict] = field(default_factory=list)
+    items_cut: int = 0
+    stated: int | None = None
+    versions: list[dict] = field(default_factory=list)
+    coverage: str = ""
+    # Self-Route (issue 32): whether the passages held the answer (the model's own verdict), and for a
+    # whole-file read that replaces a passages answer, that answer's words (kept in the record).
+    rag_answerable: bool = True
+    replaces: str = ""
 
     @property
     def asked(self) -> str:

@@ -119,6 +119,7 @@ class MapAnswer:
     text: str
     points: list[dict] = field(default_factory=list)
     confidence: int | None = None
+    answer: str = ""           # a point question's short answer (issue 32), "" otherwise
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
@@ -448,3 +449,149 @@ class Combiner:
 
 def safety_tokens(margin: float, effective: int) -> int:
     return math.ceil(margin * effective)
+
+
+# -- issue 32: lists computed by the app, and short answers that may disagree ---------------------
+#
+# New functions, so the prompt-length changes elsewhere in this module merge cleanly.  A list
+# instruction ("list every X", "how many X", "the total of X") asks each chunk for every item it
+# holds, each with the exact words it rests on and, when it carries one, its number: the app then
+# merges, counts and sums them (``answers.merge_items``).  A point question's partial answer also
+# carries its short answer, so chunks that disagree can be shown side by side (``answers.versions``).
+
+MAX_LIST_ITEMS = 200      # items one chunk's list may give
+LIST_SYSTEM = ("List, from this chunk of a longer document only, every item the instruction asks for, in JSON: "
+               "relevant (true or false), items: each with item (its name), quote (the chunk's exact words for "
+               "it) and value (the number it carries, or null), confidence 0-5. Leave no item out.")
+LIST_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "relevant": {"type": "boolean"},
+        "items": {"type": "array", "maxItems": MAX_LIST_ITEMS, "items": {
+            "type": "object",
+            "properties": {"item": {"type": "string"}, "quote": {"type": "string"},
+                           "value": {"type": ["number", "null"]}},
+            "required": ["item", "quote", "value"]}},
+        "confidence": {"type": "integer", "minimum": 0, "maximum": 5},
+    },
+    "required": ["relevant", "items", "confidence"],
+}
+POINT_SYSTEM = (MAP_JSON_SYSTEM.rstrip(".") + ", and answer: the chunk's short answer to the question "
+                "(a few words), or \"\" if it has none.")
+POINT_SCHEMA = {**MAP_SCHEMA, "properties": {**MAP_SCHEMA["properties"], "answer": {"type": "string"}},
+                "required": [*MAP_SCHEMA["required"], "answer"]}
+MAX_ANSWER_CHARS = 200
+
+
+def list_messages(task: str, target: str, chunk, total: int, pages: tuple[int, int] | None = None) -> list[dict]:
+    """One map request of a list instruction: the instruction, what to list, the chunk (no word limit:
+    the list grows with the chunk)."""
+    prompt = map_prompt(task, chunk, total, pages=pages)
+    prompt += f"\n---\nList every {target} in this chunk, each with its exact words."
+    return [{"role": "system", "content": LIST_SYSTEM}, {"role": "user", "content": prompt}]
+
+
+def point_messages(task: str, chunk, total: int, reply_words: int | None = None,
+                   pages: tuple[int, int] | None = None) -> list[dict]:
+    """One map request of a point question: ``map_messages``'s structured request, asking for the
+    short answer too (``POINT_SCHEMA``)."""
+    messages = map_messages(task, chunk, total, reply_words, pages, structured=True)
+    messages[0] = {"role": "system", "content": POINT_SYSTEM}
+    return messages
+
+
+_LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(?P<item>.+?)\s*$")
+
+
+def read_list_reply(reply: str, chunk_text: str) -> MapAnswer:
+    """A list map reply: LIST_SCHEMA's JSON, else free text whose bullet lines are the items.  An item
+    is kept only when it rests on the chunk's words: its quote, or else its name, found in the chunk
+    (that is its quote then); an item the chunk holds neither way was made up and is left out, so the
+    app's count is of items the file holds.  Its value is kept as given (``answers`` keeps it only
+    where its quote writes it)."""
+    data = _list_data(reply)
+    squashed = Squashed(chunk_text)
+    if data is None:
+        text = reply.strip()
+        if nothing_relevant(text):
+            return MapAnswer(relevant=False, text=text)
+        lines = [m["item"] for line in text.splitlines() if (m := _LIST_LINE.match(line))]
+        points = [{"point": _line(item), "quote": quote, "value": None}
+                  for item in lines[:MAX_LIST_ITEMS] if (quote := found_quote(item, squashed))]
+        return MapAnswer(relevant=True, text=text, points=points)     # (its text still goes to the synthesis)
+    points = []
+    for item in data["items"][:MAX_LIST_ITEMS]:
+        words = _line(str(item.get("item") or ""))
+        quote = found_quote(str(item.get("quote") or ""), squashed) or found_quote(words, squashed)
+        if not quote:           # an item the chunk does not hold, in its quote or its name: made up
+            continue
+        value = item.get("value")
+        points.append({"point": words or quote, "quote": quote,
+                       "value": value if isinstance(value, (int, float)) and not isinstance(value, bool) else None})
+    relevant = bool(data["relevant"]) and bool(points)
+    return MapAnswer(relevant=relevant, text=render_points(points, data.get("confidence")) if relevant
+                     else "Nothing relevant in this chunk.", points=points if relevant else [],
+                     confidence=data.get("confidence"))
+
+
+def _list_data(reply: str) -> dict | None:
+    """The reply's JSON object when it has LIST_SCHEMA's shape; the whole items of one cut off by its
+    ``num_predict``; None otherwise."""
+    text = reply.strip()
+    fenced = _FENCE.match(text)
+    try:
+        data = json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        return _salvaged_items(text)
+    if not isinstance(data, dict) or not isinstance(data.get("relevant"), bool) or not isinstance(data.get("items"), list):
+        return None
+    confidence = data.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, int) or not 0 <= confidence <= 5:
+        data["confidence"] = None
+    data["items"] = [i for i in data["items"] if isinstance(i, dict)]
+    return data
+
+
+_ITEM_START = re.compile(r'\{\s*"item"\s*:')
+
+
+def _salvaged_items(text: str) -> dict | None:
+    relevant = _RELEVANT.match(text)
+    if relevant is None:
+        return None
+    decoder, items = json.JSONDecoder(), []
+    for start in _ITEM_START.finditer(text):
+        try:
+            item, _ = decoder.raw_decode(text, start.start())
+        except ValueError:
+            continue
+        items.append(item)
+    if relevant.group(1) == "true" and not items:
+        return None
+    return {"relevant": relevant.group(1) == "true", "items": items, "confidence": None}
+
+
+def read_point_reply(reply: str, chunk_text: str) -> MapAnswer:
+    """A point question's map reply: ``read_map_reply``, with the short answer kept (when relevant)."""
+    answer = read_map_reply(reply, chunk_text)
+    data = _structured(reply)
+    short = data.get("answer") if data else None
+    if answer.relevant and isinstance(short, str) and short.strip():
+        answer.answer = _line(short)[:MAX_ANSWER_CHARS]
+    return answer
+
+
+def list_reduce_task(task: str, target: str, count: int) -> str:
+    """The synthesis instruction of a list: the app lists and counts the items itself, so the model
+    writes only a short summary of them."""
+    return (f"{task}\n(The app itself lists and counts the {target or 'items'}: {count} in all. Do not list them; "
+            f"write only a short summary of them in at most three sentences.)")
+
+
+def map_system_for(task: str) -> str:
+    """The longest system line (and the list's closing line, for the longest "list every" the card
+    takes) a map request of ``task`` may carry, for sizing its chunks (``plan.map_fixed_tokens``)."""
+    from .answers import list_target, point_question     # (answers imports nothing of this module)
+    if list_target(task):
+        return LIST_SYSTEM + "\n---\nList every " + "x" * 120 + " in this chunk, each with its exact words."
+    return POINT_SYSTEM if point_question(task) else MAP_JSON_SYSTEM

@@ -14,7 +14,7 @@ from .. import chunking
 from ..budget import calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget
 from ..workspace import Workspace
 from .job import Job, without_directive
-from .mapreduce import MAP_JSON_SYSTEM, map_prompt_overhead, ranges, reduce_messages
+from .mapreduce import map_prompt_overhead, map_system_for, ranges, reduce_messages
 
 
 PLAN_READ_BYTES = 4 * 2**20     # a file with more text than this is planned from its measure, not read
@@ -142,7 +142,7 @@ def map_fixed_tokens(svc, task: str, bpt: float, effective: int) -> int:
     """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
     words = reply_budget(svc, task).words
     overhead = map_prompt_overhead(task, 9999, words)
-    return (estimate_messages([{"content": MAP_JSON_SYSTEM}, {"content": overhead}], bpt)
+    return (estimate_messages([{"content": map_system_for(task)}, {"content": overhead}], bpt)
             + svc.config.chunking.map_reply_tokens + math.ceil(svc.config.budget.safety_margin * effective))
 
 
@@ -151,7 +151,7 @@ def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tok
     config = svc.config
     effective = effective_context(svc, model, window)
     words = reply_budget(svc, task).words
-    map_fixed = estimate_messages([{"content": MAP_JSON_SYSTEM},
+    map_fixed = estimate_messages([{"content": map_system_for(task)},
                                    {"content": map_prompt_overhead(task, 9999, words)}], bpt)
     reduce_fixed = estimate_messages(reduce_messages(task, [], ""), bpt)
     room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)

@@ -46,7 +46,7 @@ def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
                                   instruction=job.instruction, when=started_at(job),
                                   results=results, synthesis=synthesis, passages=passages(job),
                                   source=job.source or None, relevant=job.relevant_count,
-                                  unread=[notes.unread(span) for span in job.unread])
+                                  unread=[notes.unread(span) for span in job.unread], computed=computed_notes(job))
 
 
 def started_at(job: Job) -> datetime:
@@ -71,7 +71,30 @@ def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
                                   chunk_size=size, chunk_bytes=round(size * chunking.retrieval_settings().bytes_per_token),
                                   instruction=job.instruction, when=started_at(job),
                                   results=[], synthesis=synthesis, passages=found, source=job.source or None,
-                                  rag=rag)
+                                  rag=rag, computed=computed_notes(job))
+
+
+def computed_notes(job: Job) -> list[str]:
+    """What the app computed for the answer (issue 32), as the scene's notes: a list's items and
+    count, a point question's disagreeing versions, the coverage, Self-Route's verdict and the
+    passages answer a whole-file read replaced."""
+    out = []
+    if job.list_of and job.way != "retrieve" and job.state == "done":
+        total = len(job.items)
+        out += [notes.item(n, total, it) for n, it in enumerate(job.items, 1)]
+        values = [it["value"] for it in job.items if it.get("value") is not None]
+        out.append(notes.count(job.list_of, total, sum(values) if values else None, len(values), job.stated,
+                               job.items_cut))
+    out += [notes.conflict(v) for v in job.versions]
+    if job.coverage:
+        out.append(notes.coverage(job.coverage))
+    if job.way == "retrieve" and job.state == "done":
+        minutes = job.seconds_per_chunk * job.chunks / 60 if job.seconds_per_chunk else None
+        out.append(notes.answerable(job.rag_answerable, {"chunks": job.chunks, "calls": job.estimated_calls,
+                                                         "minutes": round(minutes, 1) if minutes else None}))
+    if job.replaces:
+        out.append(notes.replaces(job.replaces))
+    return out
 
 
 def rag_line(job: Job) -> str:
@@ -127,6 +150,8 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
 
     def add(turn: fountain.Turn) -> None:
         turn.analysis = record
+        if answer is not None and job.replaces:     # Self-Route: the passages answer's notices go with it
+            turn.notes = [n for n in turn.notes if not notes.is_notice(n)]
         if answer is not None:
             turn.reply, turn.model = answer, job.model
             # Harvey's stats line under the answer, for the whole analysis: every call's
@@ -137,6 +162,8 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
                 turn.notes.append(notes.notice(rag_line(job)))
             else:
                 turn.notes.append(notes.notice(relevant_line(job)))
+            if job.coverage:
+                turn.notes.append(notes.notice(f"Coverage: {job.coverage}."))
             turn.notes.append(notes.notice(
                 f"{'Retrieval answer' if job.way == 'retrieve' else 'Chunk analysis'}: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
                 f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))

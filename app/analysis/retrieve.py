@@ -13,18 +13,21 @@ terminal Harvey's ``[[rag: N chunks from FILE, top score S]]`` note.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import re
 import threading
 import time
 
 from .. import chunking
 from ..budget import new_budget
 from ..errors import HarveyError
-from ..modelserver import Cancelled, ContextExceeded
+from ..modelserver import Cancelled, ContextExceeded, FormatRefused
 from ..retrieval import embedding, search
 from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
-from . import mapreduce
+from . import answers, mapreduce
 from .execute import _one_line, cut_note
 from .job import Job
 
@@ -101,17 +104,19 @@ class Retrieval:
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
                       "other words, or read all the chunks.")
-            return self._done(job, answer, [], {}, how, total)
+            return self._done(job, answer, [], {}, how, total, held=False, text_chars=len(doc.text))
         self.runner.transition(job, "synthesizing", expect="running")
         self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
         asked = self._ask(job, chosen, {h.n: rank for rank, h in enumerate(hits)}, budget)
         if asked is None:
             return
-        answer, chosen = asked
+        reply, chosen, said = asked
+        answer, held = read_routed(reply)
+        answer += said
         answer, removed = mapreduce.resolve_citations(answer, {p.n + 1 for p in chosen})
         if removed:
             log.info("retrieval %s: %d citations of passages not sent removed", job.id, removed)
-        self._done(job, answer, chosen, scores, how, total)
+        self._done(job, answer, chosen, scores, how, total, held=held, text_chars=len(doc.text))
 
     # -- the index ----------------------------------------------------------------------------
 
@@ -207,7 +212,7 @@ class Retrieval:
         counter = self.svc.models.counter(job.model, wait=True)
         template = self.svc.calibration.templates.cost(job.model) if counter is not None else None
         budget = new_budget(self.svc.config, job.model, job.window, bpt, counter=counter, template=template)
-        budget.reserve("system", budget.messages_cost([{"content": SYSTEM}]) + budget.template[1])
+        budget.reserve("system", budget.messages_cost([{"content": SYSTEM + ROUTE_LINE}]) + budget.template[1])
         budget.reserve("question", budget.messages_cost(
             [{"content": user_message(job.file, job.task, [], mapreduce.MAX_ANSWER_WORDS)}]))
         return budget
@@ -238,10 +243,10 @@ class Retrieval:
     # -- the call and the record ----------------------------------------------------------------
 
     def _ask(self, job: Job, passages: list[Passage], ranks: dict[int, int],
-             budget) -> tuple[str, list[Passage]] | None:
+             budget) -> tuple[str, list[Passage], str] | None:
         """The one chat request (refused before sending if it would not fit): told its length and
-        given all the room the budget left after the passages; the answer and the passages it was
-        given, or None when it did not end.  A request the server refuses as too long (its count is
+        given all the room the budget left after the passages; the reply (Self-Route's JSON, or free
+        text), the passages it was given and the notes the app adds under it, or None when it did not end.  A request the server refuses as too long (its count is
         higher than the estimate) is sent again without its lowest-ranked passages, at most
         ``REFUSED_RETRIES`` times; an answer cut at its cap says so."""
         activity = self.runner._activity_of(job)
@@ -251,13 +256,14 @@ class Retrieval:
             if activity is None:
                 raise Cancelled("The analysis no longer holds its session.")
             for attempt in range(REFUSED_RETRIES + 1):
-                messages = [{"role": "system", "content": SYSTEM},
+                messages = [{"role": "system", "content": SYSTEM + ROUTE_LINE},
                             {"role": "user", "content": user_message(job.file, job.task, passages,
                                                                      mapreduce.answer_words(reply))}]
                 request = Request(job.model, messages, window=job.window, num_predict=reply,
-                                  bytes_per_token=budget.bytes_per_token)
+                                  bytes_per_token=budget.bytes_per_token,
+                                  format=None if job.format_refused else ROUTE_SCHEMA)
                 try:
-                    text, usage = self.svc.calls.text(activity, request)
+                    text, usage = self._routed_call(job, activity, request)
                     break
                 except ContextExceeded as exc:
                     fewer = _without_lowest(passages, ranks)
@@ -282,22 +288,36 @@ class Retrieval:
             job.prompt_tokens += usage.prompt_tokens or 0
             job.generated_tokens += usage.generated_tokens or 0
             job.model_seconds += usage.seconds or 0.0
+        said = ""                       # what the app says under the answer (never parsed as the reply)
         if dropped:
-            text += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
+            said += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
                      "model server counted the request longer than its window.)*")
         if usage is not None and usage.cut_off:
-            text += cut_note("answer", reply, "Ask for less, or read all the chunks.")
-        return text, passages
+            said += cut_note("answer", reply, "Ask for less, or read all the chunks.")
+        return text, passages, said
+
+    def _routed_call(self, job: Job, activity, request: Request):
+        """The answer's call, asking for Self-Route's JSON (``ROUTE_SCHEMA``); sent again as free text when
+        the server refuses a schema (remembered for the job)."""
+        try:
+            return self.svc.calls.text(activity, request)
+        except FormatRefused as exc:
+            if request.format is None:
+                raise
+            log.info("retrieval %s: the server refused the JSON schema (%s); free text", job.id, _one_line(exc))
+            self.runner.machine.update(job, expect="synthesizing", format_refused=True)
+            return self.svc.calls.text(activity, dataclasses.replace(request, format=None))
 
     def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
-              total: int) -> None:
+              total: int, held: bool = True, text_chars: int = 0) -> None:
         rag = [{"chunk": p.n + 1, "start": p.start, "end": p.end, "lines": [p.first_line, p.last_line],
                 "pages": list(p.pages) if p.pages else None, "section": " › ".join(p.heading_path),
                 "score": round(scores.get(p.n, 0.0), 4)} for p in passages]
         if job.state == "running":
             self.runner.transition(job, "synthesizing", expect="running")
         self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
-                               rag_search=how, rag_chunks=total)
+                               rag_search=how, rag_chunks=total, rag_answerable=held,
+                               coverage=answers.passages_coverage(rag, text_chars))
         self.runner._finish(job, answer, "ok")
 
 
@@ -334,3 +354,40 @@ def _in_rank_order(index: Index, numbers: list[int]) -> list[Passage]:
     """The passages of these chunk numbers, in the order given (best first)."""
     by_n = {p.n: p for p in index.passages(numbers)}
     return [by_n[n] for n in numbers if n in by_n]
+
+
+# -- Self-Route (issue 32): the answer says whether the passages hold it -----------------------------------
+
+ROUTE_LINE = (" Reply in JSON: answer (your answer, with its citations), in_passages (true if the passages "
+              "hold the answer, false if they do not).")
+ROUTE_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}, "in_passages": {"type": "boolean"}},
+                "required": ["answer", "in_passages"]}
+_CANNOT = re.compile(r"\b(?:(?:do|does|did)\s+not|don't|doesn't)\s+(?:contain|hold|mention|say|include|provide|"
+                     r"answer|cover)|\bno\s+(?:information|mention|passage)|\bnot\s+(?:found|mentioned|given|"
+                     r"stated)\b|\b(?:cannot|can't|unable\s+to)\s+(?:answer|find|tell|determine)", re.I)
+_FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+
+
+def read_routed(reply: str) -> tuple[str, bool]:
+    """A passages answer and whether the passages hold it: ROUTE_SCHEMA's JSON, else the free text,
+    held unless its opening says the passages do not have it."""
+    text = reply.strip()
+    fenced = _FENCED.match(text)
+    try:
+        data = json.loads(fenced.group(1) if fenced else text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("answer"), str) and isinstance(data.get("in_passages"), bool):
+        return data["answer"].strip(), data["in_passages"]
+    if (cut := _CUT_ANSWER.match(text)) is not None:       # the JSON cut off by the reply cap: its answer so far
+        words = cut.group(1).rstrip("\\")
+        try:
+            words = json.loads(f'"{words}"')
+        except ValueError:
+            pass
+        held = re.search(r'"in_passages"\s*:\s*false', text) is None and _CANNOT.search(words[:300]) is None
+        return words.strip() + " […]", held
+    return text, _CANNOT.search(text[:300]) is None
+
+
+_CUT_ANSWER = re.compile(r'^\{\s*"answer"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)

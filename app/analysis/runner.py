@@ -55,7 +55,7 @@ from ..events import EventLog
 from ..work.activity import Activity
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
-from . import plan, record
+from . import answers, plan, record
 from .execute import Execution, _one_line
 from .retrieve import Retrieval
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
@@ -239,9 +239,11 @@ class JobRunner:
 
     # -- user decisions ---------------------------------------------------------------------
 
-    def start(self, job: Job, instruction: str, scope: str, way: str = "read") -> None:
+    def start(self, job: Job, instruction: str, scope: str, way: str = "read", list_of: str | None = None) -> None:
         """Validate the instruction and scope, then queue the job (only from "proposed": a second tap is refused).
-        ``way``: "read" every chunk, or "retrieve": one answer from the most relevant passages (issue 25)."""
+        ``way``: "read" every chunk, or "retrieve": one answer from the most relevant passages (issue 25).
+        ``list_of``: what the card's "list every …" field says (issue 32: "" is no list; None, a form
+        without the field: recognised from the instruction)."""
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
         if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
@@ -265,9 +267,31 @@ class JobRunner:
             if scope not in ("all", "first"):
                 raise JobError(f"Choose whether to analyse all {chunks} chunks or only the first {max_chunks}.")
             selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
+        listed = answers.list_target(text) if list_of is None else " ".join(list_of.split())[:120]
         self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected}, scope=chosen,
-                        instruction=instruction, message="", synthesis="")
+                        instruction=instruction, message="", synthesis="", list_of=listed)
         self._submit(job)
+
+    def read_whole(self, session: str, index: int) -> Job:
+        """Self-Route's whole-file read (issue 32): turn ``index`` holds a passages answer whose model said
+        the passages do not hold the answer; propose a full read of its file with its instruction and
+        start it at once (every chunk). Its answer replaces the passages answer, which its scene keeps."""
+        with self.svc.store.lock(session):
+            turns = self.svc.store.load(session).turns
+            turn = turns[index] if 0 <= index < len(turns) else None
+            analysis = turn.analysis if turn is not None else None
+            if analysis is None or not analysis.rag or turn.user_text is None:
+                raise JobError("That turn holds no answer from passages to read the whole file for.")
+            if notes.read_computed(analysis.computed).answerable is not False:
+                raise JobError("That answer says the passages hold it: there is nothing to read the whole file for.")
+            job = self.propose(session, index, analysis.file, analysis.instruction, analysis.model, remaining=0,
+                               turn_text=turn.user_text)
+            self.machine.update(job, expect="proposed", replaces=turn.reply or "")
+        try:
+            self.start(job, analysis.instruction, "all", "read")
+        except HarveyError as exc:
+            self.note(job, str(exc), expect="proposed")
+        return job
 
     def note(self, job: Job, message: str, *, expect: str | tuple[str, ...], **changes) -> None:
         """Show ``message`` on the job's card (e.g. why Start was refused), if the job is still in the

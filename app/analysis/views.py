@@ -23,8 +23,8 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from ..chat.fragments import turn_fragment
 from ..workspace import Workspace
-from . import direct as direct_analysis, library, passages, plan
-from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble
+from . import answers, direct as direct_analysis, library, passages, plan
+from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble, without_directive
 
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)
@@ -70,7 +70,8 @@ def start(name: str, job_id: str):
             runner.decline(job)
         else:
             runner.start(job, instruction, request.form.get("scope", ""),
-                         "retrieve" if request.form.get("way") == "retrieve" else "read")
+                         "retrieve" if request.form.get("way") == "retrieve" else "read",
+                         list_of=request.form.get("list_of"))
     except InvalidTransition:
         pass                                  # started (or answered) already: show the card as it is
     except HarveyError as exc:                # refused: say why on the card, only if it is still asking
@@ -276,7 +277,8 @@ def _card_context() -> dict:
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
-            "retrieval_offer": retrieval_offer}
+            "retrieval_offer": retrieval_offer, "computed": computed,
+            "list_target": lambda text: answers.list_target(without_directive(text or ""))}
 
 
 def retrieval_offer(job: Job) -> dict:
@@ -347,6 +349,62 @@ def sources(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -
     return [{"chunk": n, "where": _where(p), "section": p.heading,
              "url": url_for("analysis.passage", name=session, turn=index, chunk=n)}
             for n, p in sorted(analysis.passages.items())]
+
+
+def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) -> dict | None:
+    """What the app computed for an analysis answer (issue 32), from the scene's notes, for the view:
+    a list's items (each opening its passage like a citation) and its count line, the chunks'
+    disagreeing versions, the coverage, and whether the passages held the answer (with the whole-file
+    read offered when they did not).  Rendered at view time: the reply keeps the model's words."""
+    if not session or analysis is None or not analysis.computed:
+        return None
+    found = notes.read_computed(analysis.computed)
+
+    def link(chunk) -> str:
+        if isinstance(chunk, int) and chunk in analysis.passages:
+            return url_for("analysis.passage", name=session, turn=index, chunk=chunk)
+        return ""
+
+    items = [{**it, "url": link(it.get("chunk")), "value_text": answers.number_text(it["value"])
+              if isinstance(it.get("value"), (int, float)) else ""} for it in found.items]
+    count = None
+    if found.count is not None:
+        c = found.count
+        count = answers.count_line(int(c.get("count") or 0), str(c.get("target") or ""), c.get("total"),
+                                   int(c.get("valued") or 0), c.get("stated"), int(c.get("cut") or 0))
+    conflicts = [{**v, "url": link(v.get("chunk"))} for v in found.conflicts]
+    offer = None
+    if found.answerable is False and analysis.rag:
+        cost = found.cost or {}
+        offer = {"url": url_for("analysis.read_whole", name=session, turn=index),
+                 "text": whole_read_text(cost.get("chunks"), cost.get("calls"), cost.get("minutes"))}
+    return {"listed": items, "count": count, "conflicts": conflicts, "coverage": found.coverage,
+            "offer": offer, "replaced": found.replaced}
+
+
+def whole_read_text(chunks, calls, minutes) -> str:
+    """The Self-Route offer's cost, as the card gives it: "41 chunks, 43 model calls, about 12 min"."""
+    parts = [f"{chunks} chunk{'s' if chunks != 1 else ''}"] if chunks else []
+    parts += [f"{calls} model calls"] if calls else []
+    parts += [f"about {_minutes(minutes * 60)} min" if minutes else "time unknown until the model has answered once"]
+    return ", ".join(parts)
+
+
+@bp.post("/s/<name>/turns/<int:turn>/read-whole")
+def read_whole(name: str, turn: int):
+    """Self-Route's one tap (issue 32): a passages answer said the passages do not hold the answer; read
+    the whole file for the same instruction. Its answer replaces the passages answer as the turn's reply
+    (which the new scene keeps)."""
+    _session(name)
+    try:
+        job = services().jobs.read_whole(name, turn)
+    except Busy as exc:
+        abort(409, description=str(exc))
+    except (HarveyError, OSError) as exc:
+        abort(400, description=str(exc))
+    if request.headers.get("HX-Request") == "true":
+        return _turn_html(job)
+    return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
 
 
 def _where(p: fountain.Passage) -> str:

@@ -9,6 +9,7 @@ the words written and the words parsed can never drift apart.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -49,6 +50,10 @@ def interrupted(reason: str) -> str:
 
 def notice(text: str) -> str:
     return f"notice: {' '.join(text.split())}"
+
+
+def is_notice(note: str) -> bool:
+    return _body(note).startswith("notice:")
 
 
 def offer_chunks(files: list[str]) -> str:
@@ -176,4 +181,101 @@ def read(notes: list[str]) -> Read:
                                else "Regenerated: this reply replaces the one above.")
         elif body.startswith("model switch:"):
             out.notices.append(f"Switched model: {body.removeprefix('model switch:').strip()}")
+    return out
+
+
+# Issue 32: what the app computed for an analysis answer, kept as notes of its CHUNK ANALYSIS scene
+# (``fountain.ChunkAnalysis.computed`` carries them as written) and shown at view time, so the reply
+# stays the model's own words.  Each holds one JSON object without arrays, its brackets escaped, so
+# no quoted text can close the note early.
+COMPUTED = ("chunk-item:", "chunk-count:", "chunk-conflict:", "chunk-coverage:", "rag-answerable:",
+            "chunk-replaces:")
+
+
+def _packed(obj: dict) -> str:
+    text = json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+    return " ".join(text.split()).replace("[", "\\u005b").replace("]", "\\u005d")
+
+
+def _unpacked(text: str) -> dict | None:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def item(n: int, total: int, it: dict) -> str:
+    """``chunk-item: 3/37 {"text": …, "quote": …, "value": …, "chunk": 5, "chunks": "5, 6"}``."""
+    chunks = it.get("chunks") or []
+    return f"chunk-item: {n}/{total} " + _packed({
+        "text": it.get("text", ""), "quote": it.get("quote", ""), "value": it.get("value"),
+        "chunk": chunks[0] if chunks else 0, "chunks": ", ".join(map(str, chunks))})
+
+
+def count(target: str, count_: int, total: float | None, valued: int, stated: int | None, cut: int) -> str:
+    return "chunk-count: " + _packed({"target": target, "count": count_, "total": total, "valued": valued,
+                                      "stated": stated, "cut": cut})
+
+
+def conflict(version: dict) -> str:
+    chunks = version.get("chunks") or []
+    return "chunk-conflict: " + _packed({"answer": version.get("answer", ""), "chunk": chunks[0] if chunks else 0,
+                                         "chunks": ", ".join(map(str, chunks)),
+                                         "confidence": version.get("confidence")})
+
+
+def coverage(text: str) -> str:
+    return f"chunk-coverage: {' '.join(text.split())}".replace("]]", "] ]").replace("[[", "[ [")
+
+
+def answerable(held: bool, cost: dict | None = None) -> str:
+    """Self-Route: whether the passages held the answer, as the model judged; when they did not, what
+    reading the whole file costs (``{"chunks", "calls", "minutes"}``, as the card said)."""
+    if held:
+        return "rag-answerable: yes"
+    return "rag-answerable: no" + (f" {_packed(cost)}" if cost else "")
+
+
+def replaces(answer: str) -> str:
+    """A whole-file read's answer replaced this passages answer (kept here, in the model's words)."""
+    return "chunk-replaces: " + _packed({"answer": answer})
+
+
+@dataclass
+class Computed:
+    """The computed notes of one CHUNK ANALYSIS scene, read back."""
+
+    items: list[dict] = field(default_factory=list)
+    count: dict | None = None
+    conflicts: list[dict] = field(default_factory=list)
+    coverage: str = ""
+    answerable: bool | None = None
+    cost: dict | None = None          # the whole-file read's cost a Self-Route offer shows
+    replaced: str = ""
+
+
+def read_computed(notes_: list[str]) -> Computed:
+    out = Computed()
+    for note in notes_:
+        body = _body(note)
+        head, _, rest = body.partition(":")
+        rest = rest.strip()
+        if head == "chunk-item":
+            data = _unpacked(rest.partition(" ")[2])
+            if data is not None:
+                out.items.append(data)
+        elif head == "chunk-count":
+            out.count = _unpacked(rest)
+        elif head == "chunk-conflict":
+            if (data := _unpacked(rest)) is not None:
+                out.conflicts.append(data)
+        elif head == "chunk-coverage":
+            out.coverage = rest
+        elif head == "rag-answerable":
+            out.answerable = not rest.startswith("no")
+            if not out.answerable and rest[2:].strip():
+                out.cost = _unpacked(rest[2:].strip())
+        elif head == "chunk-replaces":
+            out.replaced = (_unpacked(rest) or {}).get("answer", "")
     return out

@@ -27,6 +27,9 @@ _SYNTHESIS_NOTE = re.compile(r"synthesis:\s*model=(?P<model>.*?)\s+(?:—|–|--
 _CHUNK_PAREN = re.compile(r"chunk\s+(\d+)\s*/\s*\d+")
 _CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type (?P<kind>\S+)\.")
 SYNTHESIZING = "Synthesizing results."
+# Issue 32's computed notes (``sessions.notes`` builds and reads them): kept in order, as written.
+COMPUTED = ("chunk-item:", "chunk-count:", "chunk-conflict:", "chunk-coverage:", "rag-answerable:",
+            "chunk-replaces:")
 
 
 def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -> Scene:
@@ -70,6 +73,7 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
     if a.relevant is not None:
         els.append(Element("note", f"chunk-relevant: {a.relevant}/{a.chunks}"))
     els.extend(Element("note", text) for text in a.unread)
+    els.extend(Element("note", text) for text in a.computed)
     if a.synthesis is not None:
         if a.answer is not None:
             els.append(Element("dialogue", SYNTHESIZING, HARVEY))
@@ -209,3 +213,5 @@ def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None
         a.unread.append(note)
     elif note.startswith("rag:"):
         a.rag = note
+    elif note.startswith(COMPUTED):
+        a.computed.append(note)

@@ -88,6 +88,9 @@ class ChunkAnalysis:
     # Issue 25: an answer from the most relevant passages (retrieval), as the terminal Harvey notes it:
     # "rag: N chunks from FILE, top score 0.87" (None: every chunk was read).
     rag: str | None = None
+    # Issue 32: what the app computed for the answer (the list, its count, disagreeing answers, the
+    # coverage, Self-Route's verdict), as note texts (``notes`` builds and reads them).
+    computed: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,52 @@
+"""Issue 32 on a phone (Debian's Chromium at 390×844): the app's list, count, versions and coverage under an
+answer; each item opens its passage like a citation."""
+
+import pytest
+
+from app import chunking
+from app.sessions import notes
+from browser.conftest import axe_violations, no_horizontal_scroll, wait_until
+from cited import SETTINGS, analysis_of, chunk_holding, passage_for, record_cited_turn, write_notes
+
+pytestmark = pytest.mark.browser
+
+
+def computed_session(live) -> dict:
+    path = write_notes(live.config.workspace_path)
+    doc = chunking.read_document(path, SETTINGS)
+    keys, staff = chunk_holding(doc, "vault code"), chunk_holding(doc, "Forty people")
+    analysis = analysis_of(doc, path.name, [passage_for(doc, keys, ["vault code is 4471"]),
+                                            passage_for(doc, staff, ["Forty people"])])
+    k, s = keys.index + 1, staff.index + 1
+    analysis.computed = [
+        notes.item(1, 2, {"text": "code 4471", "quote": "vault code is 4471", "value": 4471, "chunks": [k]}),
+        notes.item(2, 2, {"text": "forty people " + "x" * 120, "quote": "Forty people", "value": None,
+                          "chunks": [s]}),
+        notes.count("codes", 2, 4471.0, 1, 5, 0),
+        notes.conflict({"answer": "4471", "chunks": [k], "confidence": 4}),
+        notes.conflict({"answer": "4417", "chunks": [s], "confidence": 1}),
+        notes.coverage(f"read {analysis.chunks} of {analysis.chunks} chunks (lines 1–20)")]
+    name = live.open_session()
+    index = record_cited_turn(live.services.store, name, analysis, "There are 5 codes.")
+    return {"name": name, "turn": index}
+
+
+def test_each_item_opens_its_passage_and_the_page_fits_a_phone(live, phone):
+    s = computed_session(live)
+    page = phone
+    page.goto(f"{live.url}/s/{s['name']}")
+    block = page.locator(f"#computed-{s['turn']}")
+    text = block.text_content()
+    assert "2 codes; total 4,471 over the 1 that carry a number" in text
+    assert "The model's summary says 5; the app counted 2" in text
+    assert "The chunks disagree" in text and "Coverage: read" in text
+    items = block.locator("li.item a.cite")
+    assert items.count() == 2
+    items.first.tap()
+    wait_until(page, "document.getElementById('passage').open && document.querySelector('#passage mark')")
+    assert page.locator("#passage mark").all_text_contents() == ["vault code is 4471"]
+    page.keyboard.press("Escape")
+    wait_until(page, "!document.getElementById('passage').open")
+    no_horizontal_scroll(page)
+    assert axe_violations(page) == []
+    assert page.errors == []
