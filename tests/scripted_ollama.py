@@ -162,6 +162,7 @@ class ScriptedOllama:
         self.max_in_flight = 0           # the most chat requests ever answered at once
         self.embed_fn: Callable[[str], list[float]] | None = None   # one text's vector (default: from its length)
         self.embed_delay = 0.0           # seconds before each /api/embed answer (a slow embedding model)
+        self.show_details: dict = {}     # more keys of /api/show's "details" (e.g. the demo server's mark)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -358,7 +359,7 @@ def _handler_for(server: ScriptedOllama):
             if name not in server.models:
                 return self._json(404, {"error": f"model '{name}' not found"})
             self._json(200, {
-                "details": {"family": "llama", "parameter_size": "1B"},
+                "details": {"family": "llama", "parameter_size": "1B", **server.show_details},
                 "model_info": {"general.architecture": "llama", "llama.context_length": server.models[name]},
             })
 

@@ -52,7 +52,7 @@ def session_model(svc, session: Session, models: list[str] | None = None) -> str
 
 def status_for(svc, session: Session, model: str) -> dict:
     """The status line: model, window, tokens free for the next message, by component."""
-    status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "",
+    status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "", "demo": False,
               "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
               "samples": svc.calibration.samples(model)}
     try:
@@ -60,6 +60,7 @@ def status_for(svc, session: Session, model: str) -> dict:
     except ModelError as exc:
         status["problem"] = str(exc)
         return status
+    status["demo"] = facts.demo        # the bundled stand-in model: the page says so (issue 31)
     budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"])
     fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
                 prepare.history_turns(session.turns))

@@ -70,6 +70,7 @@ class ModelFacts:
     architecture: str = ""
     context_length: int | None = None   # the largest window the server allows, if it says (Ollama: the
     #                                     trained length; an OpenAI-compatible server: the window it serves)
+    demo: bool = False                  # Harvey's bundled stand-in model (harvey_demo), not a real model server's
 
 
 class ChatStream(ABC):

@@ -27,6 +27,9 @@ from .errors import (ContextExceeded, FormatRefused, ModelNotFound, ServerError,
 from .transport import CallStream, HttpServer
 
 NS = 1e9
+# The key of /api/show's "details" that Harvey's bundled demo server (harvey_demo.server) sets to true:
+# the page then says the model is a stand-in. A real Ollama never sends it.
+DEMO_MARK = "harvey_demo"
 
 
 class OllamaServer(HttpServer):
@@ -147,7 +150,8 @@ def _facts_from_show(model: str, data: dict) -> ModelFacts:
     if length is None:  # some servers only fill one "*.context_length" key
         length = next((v for k, v in info.items() if k.endswith(".context_length")), None)
     return ModelFacts(name=model, family=details.get("family", ""), parameter_size=details.get("parameter_size", ""),
-                      architecture=arch, context_length=int(length) if length else None)
+                      architecture=arch, context_length=int(length) if length else None,
+                      demo=details.get(DEMO_MARK) is True)
 
 
 def _raise_for(response: httpx.Response, model: str | None = None) -> None:
