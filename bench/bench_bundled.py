@@ -282,8 +282,9 @@ def main() -> int:
     text = table(rows)
     samples = "\n".join(f"- {r['model']}, first {kind} reply: `{' '.join(reply.split())[:160]}`"
                         for r in rows for kind, reply in r["samples"].items())
+    threads = args.threads or "the server's default number of"
     report = (f"\n{SECTION}\n\n`python bench/bench_bundled.py --write` ({header}).\n"
-              f"Each model in its own demo server process, {args.threads or 'default'} llama.cpp thread(s), "
+              f"Each model in its own demo server process, {threads} llama.cpp thread(s), "
               f"window {WINDOW}; {len(QUESTIONS)} chat questions, {MAP_CHUNKS * len(MAP_TASKS)} map calls, "
               f"{len(SYNTHESIS_TASKS)} syntheses each.\n\n{text}\n\n{samples}\n")
     print(report)

