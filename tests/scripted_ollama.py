@@ -184,6 +184,7 @@ class ScriptedOllama:
         self.loaded_size: Callable[[str, int], int] | None = None   # /api/ps size of a model at a num_ctx
         self.loaded: dict[str, int] = {}        # model -> num_ctx of its last chat (what /api/ps lists)
         self.capabilities: dict[str, list[str]] = {}   # /api/show's "capabilities" of a model, where set
+        self.show_details: dict = {}     # more keys of /api/show's "details" (e.g. the demo server's mark)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._open: set = set()          # sockets of requests being handled (kill() drops them)
@@ -402,7 +403,8 @@ def _handler_for(server: ScriptedOllama):
             # Ollama: without verbose, every long array (the vocabulary) comes back empty
             info.update({key: value if verbose or not isinstance(value, list) else []
                          for key, value in server.model_info.get(name, {}).items()})
-            shown = {"details": {"family": info["general.architecture"], "parameter_size": "1B"}, "model_info": info}
+            shown = {"details": {"family": info["general.architecture"], "parameter_size": "1B", **server.show_details},
+                     "model_info": info}
             if name in server.capabilities:
                 shown["capabilities"] = server.capabilities[name]
             self._json(200, shown)

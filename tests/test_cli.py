@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.cli import DEMO_MODEL
 from app.sessions import fountain
 from conftest import require
 from waiting import wait_until
@@ -100,15 +101,16 @@ def test_check_says_what_is_wrong(tmp_path):
 def test_serve_demo_falls_back_to_the_bundled_model(tmp_path):
     from harvey_demo import server as demo_server
 
-    require(demo_server.model_available(), demo_server.INSTALL_HINT)
+    require(demo_server.model_available(DEMO_MODEL), demo_server.bundled.get(DEMO_MODEL).install_hint)
     write_config(tmp_path, "http://127.0.0.1:9", model="llama3.2:3b")
     proc = harvey("serve", "--demo", cwd=tmp_path)
     try:
         url = wait_for_url(proc)
         page = httpx.get(url + "/", follow_redirects=True, timeout=30)
-        assert page.status_code == 200 and "smollm2:135m" in page.text
+        assert page.status_code == 200 and DEMO_MODEL in page.text
+        assert "demo model: a stand-in for trying Harvey" in page.text      # the page says what it is (issue 31)
         health = httpx.get(url + "/healthz", timeout=30).json()
-        assert health["ollama"]["up"] and health["model"] == "smollm2:135m" and health["model_installed"]
+        assert health["ollama"]["up"] and health["model"] == DEMO_MODEL and health["model_installed"]
     finally:
         stop(proc)
 

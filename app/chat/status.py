@@ -72,6 +72,7 @@ def session_model(svc, session: Session, models: list[str] | None = None) -> str
 def status_for(svc, session: Session, model: str) -> dict:
     """The status line: model, window, tokens free for the next message, by component."""
     status = {"model": model, "window": None, "remaining": None, "low": False, "problem": "", "exact": False,
+              "demo": False,
               "components": {}, "effective": None, "bytes_per_token": svc.calibration.bytes_per_token(model),
               "samples": svc.calibration.samples(model), "limited_by": "", "memory": ""}
     try:
@@ -80,6 +81,7 @@ def status_for(svc, session: Session, model: str) -> dict:
     except ModelError as exc:
         status["problem"] = str(exc)
         return status
+    status["demo"] = facts.demo        # the bundled stand-in model: the page says so (issue 31)
     counter = svc.models.counter(model)            # issue 30: counted where the model's tokenizer is known
     template = svc.calibration.templates.cost(model) if counter is not None else None
     budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"],

@@ -52,6 +52,12 @@ def new_session():
     return redirect(url_for("chat.page", name=session.name), code=303)
 
 
+@bp.get("/demo-model")
+def demo_model():
+    """What the bundled demo model is and how to get real answers (README "The bundled demo model")."""
+    return render_template("chat/demo_model.html", model=services().config.ollama.model)
+
+
 @bp.get("/s/<name>")
 def page(name: str):
     session = _load(name)

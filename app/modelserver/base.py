@@ -79,6 +79,7 @@ class ModelFacts:
     #                                     trained length; an OpenAI-compatible server: the window it serves)
     kv: KvShape | None = None           # the KV cache's shape, where the server describes the layers
     capabilities: tuple[str, ...] = ()  # what the server says the model does ("completion", "embedding"); () unsaid
+    demo: bool = False                  # Harvey's bundled stand-in model (harvey_demo), not a real model server's
 
 
 class ChatStream(ABC):

@@ -28,6 +28,9 @@ from .memory import SWA_PATTERNS, KvShape, Measured
 from .transport import CallStream, HttpServer
 
 NS = 1e9
+# The key of /api/show's "details" that Harvey's bundled demo server (harvey_demo.server) sets to true:
+# the page then says the model is a stand-in. A real Ollama never sends it.
+DEMO_MARK = "harvey_demo"
 
 
 class OllamaServer(HttpServer):
@@ -195,7 +198,8 @@ def _facts_from_show(model: str, data: dict) -> ModelFacts:
         length = next((v for k, v in info.items() if k.endswith(".context_length")), None)
     return ModelFacts(name=model, family=details.get("family", ""), parameter_size=details.get("parameter_size", ""),
                       architecture=arch, context_length=int(length) if length else None, kv=_kv_shape(arch, info),
-                      capabilities=tuple(c for c in data.get("capabilities") or () if isinstance(c, str)))
+                      capabilities=tuple(c for c in data.get("capabilities") or () if isinstance(c, str)),
+                      demo=details.get(DEMO_MARK) is True)
 
 
 def _kv_shape(arch: str, info: dict) -> KvShape | None:
