@@ -50,3 +50,23 @@ def test_each_item_opens_its_passage_and_the_page_fits_a_phone(live, phone):
     no_horizontal_scroll(page)
     assert axe_violations(page) == []
     assert page.errors == []
+
+
+def test_the_whole_file_offer_of_a_passages_answer_fits_a_phone(live, phone):
+    path = write_notes(live.config.workspace_path)
+    doc = chunking.read_document(path, SETTINGS)
+    keys = chunk_holding(doc, "vault code")
+    analysis = analysis_of(doc, path.name, [passage_for(doc, keys, [])])
+    analysis.results, analysis.rag = [], f"rag: 1 chunks from {path.name}, top score 0.42"
+    analysis.computed = [notes.coverage("1 passage, about 20 % of the file (section Keys)"),
+                         notes.answerable(False, {"chunks": 4, "calls": 5, "minutes": 3.0})]
+    name = live.open_session()
+    index = record_cited_turn(live.services.store, name, analysis, "The passages do not say.")
+    page = phone
+    page.goto(f"{live.url}/s/{name}")
+    button = page.locator(f"#computed-{index} button.read-whole")
+    assert button.text_content().strip() == "Read the whole file (4 chunks, 5 model calls, about 3 min)"
+    assert "Coverage: 1 passage, about 20 % of the file (section Keys)" in page.locator(f"#computed-{index}").text_content()
+    no_horizontal_scroll(page)
+    assert axe_violations(page) == []
+    assert page.errors == []
