@@ -173,14 +173,15 @@ def test_an_embedder_of_another_dimension_under_the_same_name_gets_the_file_embe
     first, _ = ask_by_retrieval(live, name)
     embedded = len(document_embeds(scripted))
     [path] = index_files(live)
+    key = f"{EMBEDDER}@{scripted.digest(EMBEDDER)[:12]}"      # the name and the digest /api/tags gives
     with ix.Index(path) as index:
-        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}#64"
+        assert index.vector_key(EMBEDDER) == f"{key}#64"
     # a new model pulled under the same tag: 32 numbers a vector
     scripted.embed_fn = lambda text: bag_vector(text)[:32]
     job, _ = ask_by_retrieval(live, name, "Where does the harbour master's cat sleep in harbour.md?")
     assert len(document_embeds(scripted)) - embedded == first.rag_chunks        # every passage again
     with ix.Index(path) as index:
-        assert index.vector_key(EMBEDDER) == f"{EMBEDDER}#32" and index.complete(EMBEDDER)
+        assert index.vector_key(EMBEDDER) == f"{key}#32" and index.complete(EMBEDDER)
     assert "crane seven" in scripted.chats()[-1].body["messages"][-1]["content"]
     assert "found by hybrid search" in (live.services.store.folder / f"{name}.spmd").read_text()
 
