@@ -48,7 +48,7 @@ _CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
 # "IN:", or holding "THE END.", is a transition (on a dialogue's first line the cue is lost).
 _GO_TRAPS = [(re.compile(pattern.replace("ZW", r"(?P<zw>\u200b*)")),
               re.compile(pattern.replace("ZW", r"\u200b(?P<zw>\u200b*)")))
-             for pattern in (r" ZW-", r"#ZW\s*$", r"(?:TO|IN):ZW$", r"THE ENDZW\.")]
+             for pattern in (r" ZW-", r"#ZW\s*$", r"(?:TO|IN):ZW[ \t]*$", r"THE ENDZW\.")]
 
 
 def _cue_like(t: str) -> bool:
