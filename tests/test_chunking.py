@@ -18,7 +18,7 @@ from pathlib import Path
 import sys
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:       # run from anywhere, app/ may be a namespace package
@@ -245,6 +245,9 @@ HYP = hsettings(max_examples=150, deadline=None,
 
 @HYP
 @given(markdown_doc(), setting_st)
+@example(("```py\n```\n\n| a | a |\n|---|---|\n\n\n", {"fences": [(0, 9)], "rows": [(11, 20), (21, 30)],
+                                                        "tables": [(11, 30)]}),
+         ChunkSettings(size_tokens=8, overlap="paragraph", carry_heading=False, purpose="analysis"))
 def test_invariants_generated_markdown(doc_structure, s):
     """The invariants, and the same chunks from the same text every time (one test: drawing the
     documents is nine tenths of its cost, so each is used for both)."""

@@ -226,7 +226,9 @@ def test_a_stream_ends_itself_and_the_reconnect_loses_and_repeats_nothing(tmp_pa
 
     assert len(connections) >= 3, "the stream ended itself and was reconnected"
     for conn in connections:
-        assert conn.status == 200 and conn.retry is not None and conn.retry <= 1000   # comes back quickly
+        assert conn.status == 200
+    for conn in connections[:-1]:           # each one that ended itself says to come back quickly (the
+        assert conn.retry is not None and conn.retry <= 1000   # last may find the reply done: final, close)
     first = connections[0]
     assert first.names[0] == "snapshot"
     for conn in connections[1:]:

@@ -144,7 +144,9 @@ class _Packer:
         self.open = False
         if self.c_end <= self.c_body:
             return
-        kind = "table" if self.c_table else ("code" if self.c_code or self.code_doc else "text")
+        # blank lines left after a table are no table (a chunk of them is "text")
+        table = self.c_table and not self.t[self.c_body:self.c_end].isspace()
+        kind = "table" if table else ("code" if self.c_code or self.code_doc else "text")
         self.spans.append(_Span(self.c_start, self.c_body, self.c_end, self.c_prefix,
                                 self.c_path, kind, self.c_fixed + self.c_own,
                                 tuple(self.c_sections)))
