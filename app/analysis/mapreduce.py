@@ -176,20 +176,27 @@ _POINT_START = re.compile(r'\{\s*"point"\s*:')
 def _salvaged(text: str) -> dict | None:
     """The whole points of a JSON reply cut off by its ``num_predict`` (small models may loop
     until the cap): what it said before the cut is kept, with no confidence; None if nothing is whole."""
+    return _salvaged_objects(text, _POINT_START, "points", lambda point: isinstance(point.get("point"), str)
+                             and isinstance(point.get("quote", ""), str))
+
+
+def _salvaged_objects(text: str, start: re.Pattern, key: str, keep) -> dict | None:
+    """A cut-off map reply's ``relevant`` and the whole objects under ``key`` (each beginning where
+    ``start`` matches, kept when ``keep`` says so); None if it is not one or nothing is whole."""
     relevant = _RELEVANT.match(text)
     if relevant is None:
         return None
-    decoder, points = json.JSONDecoder(), []
-    for start in _POINT_START.finditer(text):
+    decoder, found = json.JSONDecoder(), []
+    for begin in start.finditer(text):
         try:
-            point, _ = decoder.raw_decode(text, start.start())
+            obj, _ = decoder.raw_decode(text, begin.start())
         except ValueError:
             continue
-        if isinstance(point.get("point"), str) and isinstance(point.get("quote", ""), str):
-            points.append(point)
-    if relevant.group(1) == "true" and not points:
+        if isinstance(obj, dict) and keep(obj):
+            found.append(obj)
+    if relevant.group(1) == "true" and not found:
         return None
-    return {"relevant": relevant.group(1) == "true", "points": points, "confidence": None}
+    return {"relevant": relevant.group(1) == "true", key: found, "confidence": None}
 
 
 def read_map_reply(reply: str, chunk_text: str) -> MapAnswer:
@@ -556,19 +563,8 @@ _ITEM_START = re.compile(r'\{\s*"item"\s*:')
 
 
 def _salvaged_items(text: str) -> dict | None:
-    relevant = _RELEVANT.match(text)
-    if relevant is None:
-        return None
-    decoder, items = json.JSONDecoder(), []
-    for start in _ITEM_START.finditer(text):
-        try:
-            item, _ = decoder.raw_decode(text, start.start())
-        except ValueError:
-            continue
-        items.append(item)
-    if relevant.group(1) == "true" and not items:
-        return None
-    return {"relevant": relevant.group(1) == "true", "items": items, "confidence": None}
+    """The whole items of a list reply cut off by its cap (``_salvaged_objects``)."""
+    return _salvaged_objects(text, _ITEM_START, "items", lambda item: True)
 
 
 def read_point_reply(reply: str, chunk_text: str) -> MapAnswer:
