@@ -495,7 +495,8 @@ class JobRunner:
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         if not job.fingerprint:           # planned from its measure (too large to read in a request)
-            self.machine.update(job, expect="running", **plan.exact(self.svc, job, doc))
+            fields, doc = plan.exact(self.svc, job, doc)
+            self.machine.update(job, expect="running", **fields)
             self._progress(job)
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "
