@@ -20,6 +20,9 @@ from .mapreduce import map_prompt_overhead, map_system_for, ranges, reduce_messa
 
 PLAN_READ_BYTES = 4 * 2**20     # a file with more text than this is planned from its measure, not read
 COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is drawn (the worker counts any)
+# A longer text is not packed by its tokens (their offsets are 4 bytes a token: 16 MB of text keeps about
+# 16 MB of them, and counting it takes minutes on a Pi): its chunks are sized by bytes per token, re-planned.
+PACK_COUNTED_MAX_CHARS = 16 * 2**20
 
 
 def plan(svc, file: str, model: str, instruction: str) -> dict:
@@ -98,7 +101,8 @@ def estimated(svc, model: str, window: int, instruction: str, measured: chunking
         file_bpt = max(1.0, len(measured.sample.encode()) / max(1, counter.count(measured.sample)))
     per_chunk = max(1, int(chosen.max_bytes * ESTIMATED_FILL))
     chunks = max(1, math.ceil(measured.text_bytes / per_chunk))
-    if counter is not None and measured.sample:          # the worker will pack by the counted tokens
+    if counter is not None and measured.sample and measured.text_bytes <= PACK_COUNTED_MAX_CHARS:
+        # the worker will pack by the counted tokens
         chosen = settings(svc, model, window, bpt, task, counter)
         per_chunk = max(1, int(chosen.size_tokens * COUNTED_FILL))
         chunks = max(1, math.ceil(measured.text_bytes / file_bpt / per_chunk))
@@ -122,6 +126,8 @@ def exact(svc, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Documen
     request path); the selection keeps what the user agreed to, so a file that needs more chunks
     than the card said asks before the first one past it."""
     counter = svc.models.counter(job.model, wait=True)                # the worker: the count itself
+    if len(doc.text) > PACK_COUNTED_MAX_CHARS:
+        counter = None
     if counter is not None and doc.token_starts is None:
         doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
