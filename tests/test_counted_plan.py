@@ -208,3 +208,55 @@ def test_the_cards_one_button_says_what_it_runs(tmp_path, smollm, make_live):
         button = re.search(r'<button class="button primary" type="submit">([^<]*)</button>', card).group(1)
         assert re.search(r'value="first" required checked', card)
         assert "all" not in button.lower() and "chosen" in button
+
+
+# -- the chunker by the count, without a server ------------------------------------------------
+
+class _WordCounter:
+    """A counter whose tokens are words (and the spaces before them), except that a text holding
+    "HEAVY" counts double: where the count of a cut-out piece is not what its token starts said."""
+
+    name = "words"
+
+    def count(self, text: str) -> int:
+        n = len(re.findall(r"\s*\S+", text))
+        return 2 * n if "HEAVY" in text else n
+
+    def starts(self, text: str):
+        from array import array
+
+        return array("i", (m.start() for m in re.finditer(r"\s*\S+", text)))
+
+
+def _prose_doc(size: int = 200) -> chunking.Document:
+    rng = random.Random(7)
+    paragraphs = [_prose(rng, rng.randint(2, 6)) for _ in range(80)]
+    paragraphs[40] = "HEAVY " + paragraphs[40]
+    return chunking.make_document("\n\n".join(paragraphs) + "\n", "prose", chunking.ChunkSettings(size_tokens=size))
+
+
+def test_counted_chunks_tile_the_text_and_each_fits_by_its_own_count():
+    counter = _WordCounter()
+    plain = _prose_doc()
+    doc = chunking.with_counter(plain, counter)
+    chunks = chunking.chunk_document(doc)
+    assert len(chunks) > 5 and doc.tokens == len(doc.token_starts)
+    assert all(c.tokens == counter.count(c.text) <= 200 for c in chunks)
+    assert "".join(doc.text[c.body_start:c.end] for c in chunks).strip() == doc.text.strip()
+    assert [c.tokens for c in chunks] == list(chunking.plan_document(doc).chunk_tokens)
+    # the chunk that counts double was split until it fits; the others are filled by the count
+    heavy = [c for c in chunks if "HEAVY" in c.text]
+    assert heavy and all(c.tokens <= 200 for c in heavy)
+    assert heavy[0].tokens // 2 < 0.6 * 200          # packed as ~190 words, it counted ~380: it was halved
+    assert sum(c.tokens for c in chunks[:-1] if "HEAVY" not in c.text) / len(chunks[:-1]) >= 0.75 * 200
+
+
+def test_the_sizing_is_in_the_fingerprint_and_bytes_stay_as_they_were():
+    plain = _prose_doc()
+    doc = chunking.with_counter(plain, _WordCounter())
+    assert doc.settings.counter == "words" and doc.fingerprint != plain.fingerprint
+    assert doc.settings.fingerprint != plain.settings.fingerprint
+    assert chunking.ChunkSettings(size_tokens=200).fingerprint == plain.settings.fingerprint
+    # without a counter nothing changes: the chunks of the byte-sized document are its own
+    again = chunking.make_document(plain.text, "prose", chunking.ChunkSettings(size_tokens=200))
+    assert chunking.chunk_document(again) == chunking.chunk_document(plain)
