@@ -260,3 +260,42 @@ def test_the_sizing_is_in_the_fingerprint_and_bytes_stay_as_they_were():
     # without a counter nothing changes: the chunks of the byte-sized document are its own
     again = chunking.make_document(plain.text, "prose", chunking.ChunkSettings(size_tokens=200))
     assert chunking.chunk_document(again) == chunking.chunk_document(plain)
+
+
+def test_a_counted_run_resumed_after_a_restart_keeps_the_cards_chunks(tmp_path, smollm, make_live):
+    """The worker packs the file again after a restart (the job names its counter): the same chunks,
+    no finished one redone, every "Chunk n of N" with the card's N."""
+    from test_analysis import slow_maps, wait_state
+
+    info, reference = smollm
+    with ScriptedOllama(models={MODEL: 8192}, script=slow_maps(0.03)) as server:
+        server.model_info[MODEL] = info
+        server.count_fn = reference.count
+        config = make_config(tmp_path, server.url, model=MODEL)
+        workspace = Path(config.workspace)
+        workspace.mkdir(parents=True)
+        name, text = _file("md", reference.count, 14000)
+        (workspace / name).write_text(text, encoding="utf-8")
+        first = make_live(config)
+        first.services.models.counter(MODEL, wait=True)
+        session = first.open_session()
+        first.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
+        job = first.services.jobs.open_for(session)
+        chunks, _ = _card_chunks(first.get(f"/s/{session}").text)
+        first.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "all"})
+        wait_for(lambda: job.done_count >= 3, 60, "three chunks")
+        first.close()
+        wait_state(first, job, ("interrupted",))
+        finished = {i for i, r in job.results.items() if r.status == "ok"}
+        second = make_live(config)
+        resumed = second.services.jobs.get(job.id)
+        assert resumed.state == "interrupted" and resumed.counter
+        before = len(server.chats())
+        second.post(f"/s/{session}/analysis/{job.id}/resume")
+        wait_for(lambda: resumed.state == "done", 120, f"the resumed run ends (it is {resumed.state})")
+        labels = [m for c in server.chats()
+                  if (m := re.search(r"\nChunk (\d+) of (\d+)", c.body["messages"][-1]["content"]))]
+        assert {int(m.group(2)) for m in labels} == {chunks} and resumed.chunks == chunks
+        redone = [int(m.group(1)) - 1 for c in server.chats()[before:]
+                  if (m := re.search(r"\nChunk (\d+) of \d+", c.body["messages"][-1]["content"]))]
+        assert not set(redone) & finished and sorted(set(redone) | finished) == list(range(chunks))

@@ -216,12 +216,16 @@ def source_of(doc: chunking.Document) -> str:
     return "sha256:" + doc.content_hash[:16]
 
 
-def document(svc, job: Job) -> chunking.Document:
-    """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable)."""
+def document(svc, job: Job, tokens: bool = True) -> chunking.Document:
+    """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable).
+    A job packed by the model's tokens gets them counted again (the worker); ``tokens=False`` only
+    names the counter in the settings, enough for the fingerprint (a request checking a resume)."""
     wf = Workspace(svc.config.workspace_path).resolve(job.file)
     chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=svc.config.chunking.overlap,
                                     bytes_per_token=job.bytes_per_token)
     doc = chunking.read_document(wf.path, chosen)
+    if job.counter and not tokens:
+        return chunking.with_settings(doc, dataclasses.replace(doc.settings, counter=job.counter))
     if job.counter:           # planned by the model's tokens: the same counter gives the same chunks
         counter = svc.models.counter(job.model, wait=True)
         if counter is not None:

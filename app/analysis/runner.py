@@ -384,7 +384,7 @@ class JobRunner:
         if job.state != "interrupted":
             raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
         try:
-            doc = plan.document(self.svc, job)
+            doc = plan.document(self.svc, job, tokens=False)       # (a request: the fingerprint only)
         except (HarveyError, OSError) as exc:
             self._refuse(job, f"{job.file} cannot be read any more ({_one_line(exc)}), so the analysis cannot "
                               "resume. Put the file back and retry, or discard the analysis.")
