@@ -58,8 +58,16 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     fields = dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
                   **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
     if counter is not None:
-        fields.update(file_tokens=counter.count(doc.text), tokens_counted=True, counter=doc.settings.counter)
+        fields.update(file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter)
     return fields
+
+
+def _count_of(doc: chunking.Document, counter) -> int:
+    """The text's own count: its tokens as packed when they were counted as ``Counter.count`` counts
+    (``segmentable``: the same pieces), else counted (one more pass)."""
+    if doc.token_starts is not None and counter.segmentable:
+        return len(doc.token_starts)
+    return counter.count(doc.text)
 
 
 def _chunks_of(doc: chunking.Document) -> chunking.ChunkPlan:
@@ -136,7 +144,7 @@ def exact(svc, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Documen
         return dict(fields, selected=_selected(svc, job, planned.chunks)), doc
     # counted: the layout is final (no re-plan); more chunks than the card said are asked for first
     agreed = job.selected or job.chunks
-    return dict(fields, file_tokens=counter.count(doc.text), tokens_counted=True, counter=doc.settings.counter,
+    return dict(fields, file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter,
                 selected=min(planned.chunks, agreed)), doc
 
 
