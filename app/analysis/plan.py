@@ -79,7 +79,7 @@ def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.
              planned: chunking.ChunkPlan | None = None) -> dict:
     """The fields an exact plan of ``doc`` decides (its chunks, what they cost, the text's identity)."""
     planned = planned or _chunks_of(doc)
-    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens)
+    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens, doc.counter)
     chunks, source = planned.chunks, doc.source
     return dict(chunks=chunks, size_tokens=doc.settings.size_tokens, source=source_of(doc), boundary=doc.boundary,
                 kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens, tokens_counted=False,
@@ -189,14 +189,20 @@ def counted_map_fixed(svc, model: str, task: str, counter, effective: int) -> in
             + math.ceil(margin_share(svc.config, True) * effective))
 
 
-def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens):
-    """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``)."""
+def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens, counter=None):
+    """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``); with the
+    model's ``counter`` the map requests around the chunks are counted too (the synthesis is sized
+    as the run sizes it: by the estimate and the configured margin, ``Execution._synthesize``)."""
     config = svc.config
     effective = effective_context(svc, model, window)
     words = reply_budget(svc, task).words
-    map_fixed = estimate_messages([{"content": map_system_for(task)},
-                                   {"content": map_prompt_overhead(task, 9999, words)}], bpt)
-    reduce_fixed = estimate_messages(reduce_messages(task, [], ""), bpt)
+    map_parts = [{"content": map_system_for(task)}, {"content": map_prompt_overhead(task, 9999, words)}]
+    reduce_parts = reduce_messages(task, [], "")
+    map_fixed = estimate_messages(map_parts, bpt)
+    if counter is not None:
+        per_message, per_request = svc.calibration.templates.cost(model)
+        map_fixed = sum(counter.count(m["content"]) + per_message for m in map_parts) + per_request
+    reduce_fixed = estimate_messages(reduce_parts, bpt)
     room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)
     return estimate_analysis(list(chunk_tokens), map_fixed_tokens=map_fixed,
                              map_reply_tokens=reply_budget(svc, task).num_predict,
