@@ -143,7 +143,7 @@ def exact(svc, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Documen
     if counter is None:
         return dict(fields, selected=_selected(svc, job, planned.chunks)), doc
     # counted: the layout is final (no re-plan); more chunks than the card said are asked for first
-    agreed = job.selected or job.chunks
+    agreed = job.agreed or job.selected or job.chunks
     return dict(fields, file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter,
                 selected=min(planned.chunks, agreed)), doc
 
@@ -263,10 +263,13 @@ def job_chunks(svc, job: Job, doc: chunking.Document, whole: bool = False) -> li
 
 def _selected(svc, job: Job, chunks: int) -> int:
     """How many of the re-planned chunks run before the user is asked again: all of them when the
-    user chose the whole file, but never more than they agreed to (``max_chunks``, or the larger
-    count they chose; the worker then pauses in "confirm"); the first N stay the first N."""
+    user chose the whole file, but never more than they agreed to (the count the card said when they
+    started, ``job.agreed``; for a job from before, ``max_chunks`` or the larger count they chose; the
+    worker then pauses in "confirm"); the first N stay the first N."""
     if not job.wants_all:
         return min(job.selected, chunks)
+    if job.agreed:                       # issue 30: never past the count the card said, whatever max_chunks
+        return min(chunks, job.agreed)
     return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
 
 

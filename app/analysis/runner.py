@@ -269,6 +269,7 @@ class JobRunner:
             selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
         listed = answers.list_target(text) if list_of is None else " ".join(list_of.split())[:120]
         self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected}, scope=chosen,
+                        agreed=selected or chunks,
                         instruction=instruction, message="", synthesis="", list_of=listed)
         self._submit(job)
 
@@ -376,7 +377,7 @@ class JobRunner:
     def read_on(self, job: Job, rest: bool) -> None:
         """The answer to "confirm": read the rest of the file (every chunk it needs), or synthesize
         what was read (the answer then names the part that was not)."""
-        changes = dict(selected=job.chunks) if rest else dict(synthesis="pending")
+        changes = dict(selected=job.chunks, agreed=job.chunks) if rest else dict(synthesis="pending")
         self._requeue(job, "confirm", message="", **changes)
 
     def resume(self, job: Job) -> None:
