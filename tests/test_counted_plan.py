@@ -80,6 +80,11 @@ def _chunk_text(rec, label) -> str:
     return body.split("\n---\nAnswer in at most")[0]
 
 
+def _prompt(rec) -> str:
+    """A chat request's last message (a request without messages: "")."""
+    return ((rec.body.get("messages") or [{}])[-1].get("content") or "")
+
+
 def _card_chunks(page: str) -> tuple[int, int]:
     found = re.search(r"(\d+) chunks? of up to ([\d,]+) tokens", page)
     assert found, "the card shows its chunks"
@@ -294,8 +299,8 @@ def test_a_counted_run_resumed_after_a_restart_keeps_the_cards_chunks(tmp_path, 
         second.post(f"/s/{session}/analysis/{job.id}/resume")
         wait_for(lambda: resumed.state == "done", 120, f"the resumed run ends (it is {resumed.state})")
         labels = [m for c in server.chats()
-                  if (m := re.search(r"\nChunk (\d+) of (\d+)", c.body["messages"][-1]["content"]))]
+                  if (m := re.search(r"\nChunk (\d+) of (\d+)", _prompt(c)))]
         assert {int(m.group(2)) for m in labels} == {chunks} and resumed.chunks == chunks
         redone = [int(m.group(1)) - 1 for c in server.chats()[before:]
-                  if (m := re.search(r"\nChunk (\d+) of \d+", c.body["messages"][-1]["content"]))]
+                  if (m := re.search(r"\nChunk (\d+) of \d+", _prompt(c)))]
         assert not set(redone) & finished and sorted(set(redone) | finished) == list(range(chunks))
