@@ -110,6 +110,11 @@ def test_a_denser_part_is_re_sized_before_its_requests_pass_the_window(tmp_path,
     plan_bytes = max(len(c.text.encode()) for c in chunking.chunk_document(doc))
     assert plan_bytes / DENSITY["DENSEST"] > 2048
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "all"})
+    from waiting import wait_for
+    wait_for(lambda: job.state in ("done", "confirm"), 60, f"the run ends or asks (it is {job.state})")
+    if job.state == "confirm":        # issue 30: more chunks than the card said are asked for, then read
+        assert job.done_count == job.agreed < job.chunks
+        live.post(f"/s/{name}/analysis/{job.id}/read-on", data={"rest": "yes"})
     wait_settled(live, job, timeout=60)
     assert job.state == "done", job.message
     assert not [rec for rec in scripted.chats() if rec.refused]       # no request refused for size
@@ -176,3 +181,30 @@ def test_a_chunk_cut_inside_a_long_table_keeps_the_table_header():
     head = rest[0].text[:len(rest[0].text) - (rest[0].end - offset)]
     assert head.endswith("| n | value |\n|---|---|\n")          # the carried heading, then the header rows
     assert rest[0].text == head + doc.text[offset:rest[0].end]
+
+
+def test_a_re_plan_runs_up_to_the_count_the_card_said_then_asks(monkeypatch):
+    """Issue 30: the card said N and the user chose all; a first re-plan found the file lighter
+    (fewer chunks), a second denser again: it runs up to N without asking (not up to the lighter
+    count), and past N it asks, whatever ``max_chunks`` says."""
+    from types import SimpleNamespace
+    from app.analysis.job import ChunkResult
+    monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    monkeypatch.setattr(plan, "effective_context", lambda *a: 8192)
+    monkeypatch.setattr(plan, "map_fixed_tokens", lambda *a: 1000)
+    doc = chunking.make_document(big_markdown(), "markdown",
+                                 chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
+    chunks = chunking.chunk_document(doc)
+    done = {i: ChunkResult(i, "ok") for i in range(2)}
+    card = len(chunks)
+    job = _job(doc, chunks, measured_bpt=6.0, selected=card, agreed=card, scope="all", results=dict(done))
+    lighter = plan.replan(_svc(max_chunks=5), job, doc, chunks[:2])
+    assert lighter["chunks"] < card and lighter["selected"] == lighter["chunks"]
+    job.replans, job.chunks, job.selected = lighter["replans"], lighter["chunks"], lighter["selected"]
+    job.measured_bpt = 3.7                   # denser again, within what the card said
+    again = plan.replan(_svc(max_chunks=5), job, doc, plan.job_chunks(_svc(), job, doc)[:2])
+    assert lighter["chunks"] < again["chunks"] <= card and again["selected"] == again["chunks"]
+    job.measured_bpt = 1.5                   # far denser: more than the card said
+    denser = plan.replan(_svc(max_chunks=500), _job(doc, chunks, measured_bpt=1.5, selected=card, agreed=card,
+                                                    scope="all", results=dict(done)), doc, chunks[:2])
+    assert denser["chunks"] > card and denser["selected"] == card and "denser than planned" in denser["message"]

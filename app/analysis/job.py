@@ -190,6 +190,13 @@ class Job:
     # Issue 30: ``file_tokens`` is the model's own count of the file's text (its tokenizer was known
     # and the text read), not an estimate: the card says "82,872 tokens", not "about".
     tokens_counted: bool = False
+    # Issue 30: the token counter the chunks were packed by (``ChunkSettings.counter``; "": bytes over
+    # ``bytes_per_token``): the worker packs the file again with it and gets the card's very chunks.
+    counter: str = ""
+    # The chunks the user agreed to run when they started it (the card's count, or the first N; after
+    # "read the rest", the file's): a re-plan runs up to this many before it asks, not up to max_chunks
+    # (issue 30). 0 in a job.json from before: ``max_chunks`` as before.
+    agreed: int = 0
     rag_search: str = ""
     rag_chunks: int = 0              # the chunks of the file's retrieval index (the passages' "of N")
     # Issue 32, what the app computes beside the model's words (recorded as notes, shown at view time):

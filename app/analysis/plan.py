@@ -11,7 +11,8 @@ import dataclasses
 import math
 
 from .. import chunking
-from ..budget import calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget
+from ..budget import (calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget,
+                      margin_share)
 from ..workspace import Workspace
 from .job import Job, without_directive
 from .mapreduce import map_prompt_overhead, map_system_for, ranges, reduce_messages
@@ -19,6 +20,9 @@ from .mapreduce import map_prompt_overhead, map_system_for, ranges, reduce_messa
 
 PLAN_READ_BYTES = 4 * 2**20     # a file with more text than this is planned from its measure, not read
 COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is drawn (the worker counts any)
+# A longer text is not packed by its tokens (their offsets are 4 bytes a token: 16 MB of text keeps about
+# 16 MB of them, and counting it takes minutes on a Pi): its chunks are sized by bytes per token, re-planned.
+PACK_COUNTED_MAX_CHARS = 16 * 2**20
 
 
 def plan(svc, file: str, model: str, instruction: str) -> dict:
@@ -39,25 +43,31 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     if measured.text_bytes > PLAN_READ_BYTES:
         return estimated(svc, model, window, instruction, measured)
     first = chunking.read_document(path)
+    counter = svc.models.counter(model)
+    if counter is not None and len(first.text) > COUNT_IN_REQUEST_BYTES:
+        # too large to count while the card is drawn: a counted sample for the card ("about"),
+        # the worker counts it exactly and plans (``exact``) before the first chunk
+        return estimated(svc, model, window, instruction, chunking.measure(path))
     text_kind = calibration_kind(first.kind, first.text)
     bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
-    doc = chunking.with_settings(first, settings(svc, model, window, bpt, task))
+    doc = chunking.with_settings(first, settings(svc, model, window, bpt, task, counter))
+    if counter is not None:
+        doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
     fields = dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
                   **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
-    if len(doc.text) <= COUNT_IN_REQUEST_BYTES:
-        fields.update(_counted(svc, model, doc.text, wait=False))
+    if counter is not None:
+        fields.update(file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter)
     return fields
 
 
-def _counted(svc, model: str, text: str, wait: bool) -> dict:
-    """``file_tokens`` as the model's own count of ``text`` when its counter is known (issue 30):
-    ``wait`` for it only off the request path (the worker); {} when there is none."""
-    counter = svc.models.counter(model, wait=wait)
-    if counter is None:
-        return {}
-    return dict(file_tokens=counter.count(text), tokens_counted=True)
+def _count_of(doc: chunking.Document, counter) -> int:
+    """The text's own count: its tokens as packed when they were counted as ``Counter.count`` counts
+    (``segmentable``: the same pieces), else counted (one more pass)."""
+    if doc.token_starts is not None and counter.segmentable:
+        return len(doc.token_starts)
+    return counter.count(doc.text)
 
 
 def _chunks_of(doc: chunking.Document) -> chunking.ChunkPlan:
@@ -69,7 +79,7 @@ def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.
              planned: chunking.ChunkPlan | None = None) -> dict:
     """The fields an exact plan of ``doc`` decides (its chunks, what they cost, the text's identity)."""
     planned = planned or _chunks_of(doc)
-    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens)
+    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens, doc.counter)
     chunks, source = planned.chunks, doc.source
     return dict(chunks=chunks, size_tokens=doc.settings.size_tokens, source=source_of(doc), boundary=doc.boundary,
                 kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens, tokens_counted=False,
@@ -99,6 +109,11 @@ def estimated(svc, model: str, window: int, instruction: str, measured: chunking
         file_bpt = max(1.0, len(measured.sample.encode()) / max(1, counter.count(measured.sample)))
     per_chunk = max(1, int(chosen.max_bytes * ESTIMATED_FILL))
     chunks = max(1, math.ceil(measured.text_bytes / per_chunk))
+    if counter is not None and measured.sample and measured.text_bytes <= PACK_COUNTED_MAX_CHARS:
+        # the worker will pack by the counted tokens
+        chosen = settings(svc, model, window, bpt, task, counter)
+        per_chunk = max(1, int(chosen.size_tokens * COUNTED_FILL))
+        chunks = max(1, math.ceil(measured.text_bytes / file_bpt / per_chunk))
     estimate = estimate_cost(svc, model, window, bpt, task, [chosen.size_tokens] * chunks)
     return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
                 source="", boundary=chunking.boundary_for_kind(measured.kind), kind=measured.kind, fingerprint="",
@@ -109,16 +124,28 @@ def estimated(svc, model: str, window: int, instruction: str, measured: chunking
 
 
 ESTIMATED_FILL = 0.85    # a chunk holds about this share of its room (paragraph ends, overlap)
+COUNTED_FILL = 0.85      # the same for chunks packed by the model's tokens (bench/bench_plan.py)
 
 
-def exact(svc, job: Job, doc: chunking.Document) -> dict:
+def exact(svc, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Document]:
     """The fields of a job planned from an estimate, now that the worker has read the file
-    (``doc``, read with the job's settings): its real chunks and identity; the selection keeps
-    what the user agreed to (``_selected``), so a denser file than estimated asks before more."""
+    (``doc``, read with the job's settings): its real chunks and identity, and the document they
+    are chunks of (packed by the model's tokens when its counter is known: counted here, off the
+    request path); the selection keeps what the user agreed to, so a file that needs more chunks
+    than the card said asks before the first one past it."""
+    counter = svc.models.counter(job.model, wait=True)                # the worker: the count itself
+    if len(doc.text) > PACK_COUNTED_MAX_CHARS:
+        counter = None
+    if counter is not None and doc.token_starts is None:
+        doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
     fields = _planned(svc, job.model, job.window, job.bytes_per_token, job.task, doc, planned)
-    fields.update(_counted(svc, job.model, doc.text, wait=True))     # the worker: the count itself
-    return dict(fields, selected=_selected(svc, job, planned.chunks))
+    if counter is None:
+        return dict(fields, selected=_selected(svc, job, planned.chunks)), doc
+    # counted: the layout is final (no re-plan); more chunks than the card said are asked for first
+    agreed = job.agreed or job.selected or job.chunks
+    return dict(fields, file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter,
+                selected=min(planned.chunks, agreed)), doc
 
 
 def reply_budget(svc, task: str):
@@ -126,15 +153,18 @@ def reply_budget(svc, task: str):
     return map_reply_budget(task, cap=svc.config.chunking.map_reply_tokens)
 
 
-def settings(svc, model: str, window: int, bpt: float, task: str) -> chunking.ChunkSettings:
+def settings(svc, model: str, window: int, bpt: float, task: str, counter=None) -> chunking.ChunkSettings:
     """Chunk size from the config, shrunk if a map request would not fit the window.
 
     The map reply is reserved at the configured cap (not the shorter budget a summary
-    gets), so an instruction edited on the card to "translate..." still fits.
+    gets), so an instruction edited on the card to "translate..." still fits.  With the
+    model's ``counter`` the rest of the request is counted and the margin is the exact one.
     """
     config = svc.config
     effective = effective_context(svc, model, window)
-    size = max(64, min(config.chunking.chunk_size_tokens, effective - map_fixed_tokens(svc, task, bpt, effective)))
+    fixed = (counted_map_fixed(svc, model, task, counter, effective) if counter is not None
+             else map_fixed_tokens(svc, task, bpt, effective))
+    size = max(64, min(config.chunking.chunk_size_tokens, effective - fixed))
     return chunking.ChunkSettings(size_tokens=size, overlap=config.chunking.overlap, bytes_per_token=bpt)
 
 
@@ -146,14 +176,33 @@ def map_fixed_tokens(svc, task: str, bpt: float, effective: int) -> int:
             + svc.config.chunking.map_reply_tokens + math.ceil(svc.config.budget.safety_margin * effective))
 
 
-def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens):
-    """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``)."""
+def counted_map_fixed(svc, model: str, task: str, counter, effective: int) -> int:
+    """``map_fixed_tokens`` by the model's own count (issue 30): the system line and the prompt
+    around the chunk counted, the label at half a token a byte of its cap (a label's words count
+    fewer), the template's learnt cost, the reply's cap, and only the exact margin (what the
+    count cannot know: the template before a reply taught it, a token where parts meet)."""
+    words = reply_budget(svc, task).words
+    overhead = map_prompt_overhead(task, 9999, words).rstrip("x")
+    per_message, per_request = svc.calibration.templates.cost(model)
+    return (counter.count(map_system_for(task)) + counter.count(overhead) + chunking.LABEL_MAX_BYTES // 2
+            + 2 * per_message + per_request + svc.config.chunking.map_reply_tokens
+            + math.ceil(margin_share(svc.config, True) * effective))
+
+
+def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens, counter=None):
+    """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``); with the
+    model's ``counter`` the map requests around the chunks are counted too (the synthesis is sized
+    as the run sizes it: by the estimate and the configured margin, ``Execution._synthesize``)."""
     config = svc.config
     effective = effective_context(svc, model, window)
     words = reply_budget(svc, task).words
-    map_fixed = estimate_messages([{"content": map_system_for(task)},
-                                   {"content": map_prompt_overhead(task, 9999, words)}], bpt)
-    reduce_fixed = estimate_messages(reduce_messages(task, [], ""), bpt)
+    map_parts = [{"content": map_system_for(task)}, {"content": map_prompt_overhead(task, 9999, words)}]
+    reduce_parts = reduce_messages(task, [], "")
+    map_fixed = estimate_messages(map_parts, bpt)
+    if counter is not None:
+        per_message, per_request = svc.calibration.templates.cost(model)
+        map_fixed = sum(counter.count(m["content"]) + per_message for m in map_parts) + per_request
+    reduce_fixed = estimate_messages(reduce_parts, bpt)
     room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)
     return estimate_analysis(list(chunk_tokens), map_fixed_tokens=map_fixed,
                              map_reply_tokens=reply_budget(svc, task).num_predict,
@@ -181,12 +230,21 @@ def source_of(doc: chunking.Document) -> str:
     return "sha256:" + doc.content_hash[:16]
 
 
-def document(svc, job: Job) -> chunking.Document:
-    """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable)."""
+def document(svc, job: Job, tokens: bool = True) -> chunking.Document:
+    """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable).
+    A job packed by the model's tokens gets them counted again (the worker); ``tokens=False`` only
+    names the counter in the settings, enough for the fingerprint (a request checking a resume)."""
     wf = Workspace(svc.config.workspace_path).resolve(job.file)
     chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=svc.config.chunking.overlap,
                                     bytes_per_token=job.bytes_per_token)
-    return chunking.read_document(wf.path, chosen)
+    doc = chunking.read_document(wf.path, chosen)
+    if job.counter and not tokens:
+        return chunking.with_settings(doc, dataclasses.replace(doc.settings, counter=job.counter))
+    if job.counter:           # planned by the model's tokens: the same counter gives the same chunks
+        counter = svc.models.counter(job.model, wait=True)
+        if counter is not None:
+            doc = chunking.with_counter(doc, counter)
+    return doc
 
 
 REPLAN_CHANGE = 0.10     # re-plan when the file's measured figure differs from the one in use by more
@@ -205,10 +263,13 @@ def job_chunks(svc, job: Job, doc: chunking.Document, whole: bool = False) -> li
 
 def _selected(svc, job: Job, chunks: int) -> int:
     """How many of the re-planned chunks run before the user is asked again: all of them when the
-    user chose the whole file, but never more than they agreed to (``max_chunks``, or the larger
-    count they chose; the worker then pauses in "confirm"); the first N stay the first N."""
+    user chose the whole file, but never more than they agreed to (the count the card said when they
+    started, ``job.agreed``; for a job from before, ``max_chunks`` or the larger count they chose; the
+    worker then pauses in "confirm"); the first N stay the first N."""
     if not job.wants_all:
         return min(job.selected, chunks)
+    if job.agreed:                       # issue 30: never past the count the card said, whatever max_chunks
+        return min(chunks, job.agreed)
     return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
 
 
@@ -223,8 +284,8 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
     denser than its kind's calibration is not refused for size and a lighter one needs fewer
     calls.  None: the plan stands.
     """
-    if len(job.replans) >= MAX_REPLANS or not job.measured_bpt or not done:
-        return None
+    if job.counter or len(job.replans) >= MAX_REPLANS or not job.measured_bpt or not done:
+        return None           # (a counted layout is exact: nothing to repair)
     if any(i >= len(done) for i in job.results):
         return None          # a resume retrying an earlier chunk: later answers fix the layout
     bpt = round(job.measured_bpt * REPLAN_CAUTION, 3)

@@ -269,6 +269,7 @@ class JobRunner:
             selected, chosen = (chunks, "all") if scope == "all" else (max_chunks, "first")
         listed = answers.list_target(text) if list_of is None else " ".join(list_of.split())[:120]
         self.transition(job, "queued", expect="proposed", **{**changes, "selected": selected}, scope=chosen,
+                        agreed=selected or chunks,
                         instruction=instruction, message="", synthesis="", list_of=listed)
         self._submit(job)
 
@@ -376,7 +377,7 @@ class JobRunner:
     def read_on(self, job: Job, rest: bool) -> None:
         """The answer to "confirm": read the rest of the file (every chunk it needs), or synthesize
         what was read (the answer then names the part that was not)."""
-        changes = dict(selected=job.chunks) if rest else dict(synthesis="pending")
+        changes = dict(selected=job.chunks, agreed=job.chunks) if rest else dict(synthesis="pending")
         self._requeue(job, "confirm", message="", **changes)
 
     def resume(self, job: Job) -> None:
@@ -384,7 +385,7 @@ class JobRunner:
         if job.state != "interrupted":
             raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
         try:
-            doc = plan.document(self.svc, job)
+            doc = plan.document(self.svc, job, tokens=False)       # (a request: the fingerprint only)
         except (HarveyError, OSError) as exc:
             self._refuse(job, f"{job.file} cannot be read any more ({_one_line(exc)}), so the analysis cannot "
                               "resume. Put the file back and retry, or discard the analysis.")
@@ -495,7 +496,8 @@ class JobRunner:
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         if not job.fingerprint:           # planned from its measure (too large to read in a request)
-            self.machine.update(job, expect="running", **plan.exact(self.svc, job, doc))
+            fields, doc = plan.exact(self.svc, job, doc)
+            self.machine.update(job, expect="running", **fields)
             self._progress(job)
         if doc.fingerprint != job.fingerprint:
             return self._fail(job, f"{job.file} changed after the analysis was planned, so its chunks no longer "

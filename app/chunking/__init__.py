@@ -91,7 +91,7 @@ from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUN
                        PROSE_EXTENSIONS, PURPOSES, RETRIEVAL_SIZE_TOKENS, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
                        Chunk, ChunkingError, ChunkPlan, ChunkSettings, Document, DocumentNotFoundError, Measure,
                        boundary_for_kind, estimate_tokens, kind_for_path, make_document, measure, read_document,
-                       retrieval_settings, with_settings)
+                       retrieval_settings, with_counter, with_settings)
 from .htmltext import html_to_text
 from .labels import LABEL_MAX_BYTES, PATH_SEP, SIBLING_SEP, chunk_label
 from .units import _units  # noqa: F401  (the block scanner; its tests reach it here)
@@ -101,7 +101,7 @@ __all__ = [
     "ChunkingError", "DocumentNotFoundError", "BinaryDocumentError",
     "ChunkSettings", "Document", "Chunk", "ChunkPlan", "Measure",
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
-    "make_document", "read_document", "measure", "with_settings", "chunk_document", "chunks_from", "split_chunk",
+    "make_document", "read_document", "measure", "with_settings", "with_counter", "chunk_document", "chunks_from", "split_chunk",
     "halve", "split_to_fit",
     "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",

@@ -8,7 +8,7 @@ import os
 import re
 
 from .document import Chunk, ChunkPlan, ChunkSettings, Document, make_document, read_document
-from .packer import _Packer, _Span
+from .packer import _Packer, _Span, _TokenPacker
 from .units import _NONSPACE, _quoted_regions, _units
 
 
@@ -20,8 +20,39 @@ def _spans(doc: Document) -> list[_Span]:
         return []
     source = doc.kind == "source"
     regions = _quoted_regions(doc.text) if source else []
-    packer = _Packer(doc.text, doc.settings, source, regions)
-    return packer.run(_units(doc.text, doc.kind, regions))
+    if doc.token_starts is None:
+        packer = _Packer(doc.text, doc.settings, source, regions)
+        return packer.run(_units(doc.text, doc.kind, regions))
+    packer = _TokenPacker(doc.text, doc.settings, source, doc.token_starts, doc.counter, regions)
+    return _counted(doc, packer.run(_units(doc.text, doc.kind, regions)))
+
+
+def _counted(doc: Document, spans: list[_Span]) -> list[_Span]:
+    """A counted document's spans, each with its text's own count in place of the packer's size
+    (``nbytes`` holds tokens then); a span over the size (a cut that tokenized worse than its
+    token starts said) is split at the boundary nearest its middle until each part fits."""
+    t, size, count = doc.text, doc.settings.size_tokens, doc.counter.count
+    out: list[_Span] = []
+    todo = list(reversed(spans))
+    while todo:
+        sp = todo.pop()
+        n = count(sp.prefix + t[sp.start:sp.end])
+        if n <= size:
+            out.append(sp._replace(nbytes=n))
+            continue
+        cut = _middle_cut(t, sp.body_start, sp.end) or _word_cut(t, sp.body_start, sp.end)
+        if cut is None:
+            out.append(sp._replace(nbytes=n))        # one token-long "word": nothing to cut at
+            continue
+        todo.append(sp._replace(start=cut, body_start=cut, prefix=""))
+        todo.append(sp._replace(end=cut))
+    return out
+
+
+def _word_cut(t: str, a: int, e: int) -> int | None:
+    """The middle of t[a:e] when it has no boundary at all (one very long word)."""
+    middle = (a + e) // 2
+    return middle if a < middle < e else None
 
 
 def _content_end_of(t: str, s: int, e: int) -> int:
@@ -32,9 +63,14 @@ def _content_end_of(t: str, s: int, e: int) -> int:
     return k if k > s else e
 
 
+def _size(doc: Document, sp: _Span) -> int:
+    """A span's tokens: counted (``_counted``), else estimated from its bytes."""
+    return sp.nbytes if doc.token_starts is not None else math.ceil(sp.nbytes / doc.settings.bytes_per_token)
+
+
 def chunk_document(doc: Document) -> list[Chunk]:
     """Chunks of a Document with the settings it was made with."""
-    t, bpt = doc.text, doc.settings.bytes_per_token
+    t = doc.text
     sfp = doc.settings.fingerprint
     out = []
     line, pos = 1, 0                      # line number at pos, counted once over the text
@@ -48,7 +84,7 @@ def chunk_document(doc: Document) -> list[Chunk]:
             index=i, start=sp.start, body_start=sp.body_start, end=sp.end,
             text=sp.prefix + body if sp.prefix else body,
             heading_path=sp.heading_path, kind=sp.kind,
-            tokens=math.ceil(sp.nbytes / bpt), id=f"{doc.fingerprint}-{i:04d}",
+            tokens=_size(doc, sp), id=f"{doc.fingerprint}-{i:04d}",
             fingerprint=sfp, sections=sp.sections, first_line=first, last_line=last))
     return out
 
@@ -98,8 +134,7 @@ def chunk_file(path: str | os.PathLike, settings: ChunkSettings | None = None,
 def plan_document(doc: Document) -> ChunkPlan:
     """Count chunks without building their texts (cheap enough for the alert)."""
     spans = _spans(doc)
-    bpt = doc.settings.bytes_per_token
-    sizes = tuple(math.ceil(sp.nbytes / bpt) for sp in spans)
+    sizes = tuple(_size(doc, sp) for sp in spans)
     return ChunkPlan(path=doc.path, kind=doc.kind, chunks=len(spans),
                      tokens=doc.tokens, size_tokens=doc.settings.size_tokens,
                      largest_tokens=max(sizes, default=0), chunk_tokens=sizes)

@@ -25,6 +25,11 @@ OVERLAP_SHARE = 15       # overlap is at most budget // 15 (keeps a whole run un
 ANALYSIS_OVERLAP_SHARE = 30   # analysis: every chunk is a model call, so a shorter overlap
 HEADING_SHARE = 8        # a carried heading is at most budget // 8
 MIN_BUDGET_BYTES = 16    # below this not even a short word fits
+# A counted document (issue 30) is packed by the tokens that start inside each piece of its text;
+# cut out and tokenized alone, a piece can differ by a token at each end (the token a cut falls in,
+# a merge across the cut), and a carried prefix meets the text.  Packing keeps this many tokens free;
+# every chunk's own count is then checked, and a chunk still over its size is split.
+TOKEN_SLACK = 3
 
 MARKDOWN_EXTENSIONS = frozenset({".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".mdx"})
 HTML_EXTENSIONS = frozenset({".html", ".htm", ".xhtml"})
@@ -104,6 +109,10 @@ class ChunkSettings:
     carry_heading: bool = True
     purpose: str = "analysis"
     fill: float | None = None
+    # Issue 30: the name of the model's token counter that sizes the chunks ("": UTF-8 bytes over
+    # ``bytes_per_token``).  Set by ``with_counter``; part of the fingerprint only when set, so the
+    # chunks (and ids, and a retrieval index) of a byte-sized document stay what they were.
+    counter: str = ""
 
     def __post_init__(self) -> None:
         """Reject settings that could not keep the size invariant."""
@@ -158,6 +167,11 @@ class ChunkSettings:
         return b
 
     @property
+    def max_tokens(self) -> int:
+        """A counted document's packing budget: the size less ``TOKEN_SLACK`` (see there)."""
+        return max(1, self.size_tokens - TOKEN_SLACK)
+
+    @property
     def fingerprint(self) -> str:
         """Hash of chunker name, version, table rules and settings (seed 002)."""
         blob = json.dumps({
@@ -167,6 +181,7 @@ class ChunkSettings:
             "bytes_per_token": repr(float(self.bytes_per_token)),
             "carry_heading": bool(self.carry_heading),
             "purpose": self.purpose, "fill": repr(self.fill_share),
+            **({"counter": self.counter, "token_slack": TOKEN_SLACK} if self.counter else {}),
         }, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -202,10 +217,16 @@ class Document:
     settings: ChunkSettings
     decode_note: str | None = None
     source: object = field(default=None, repr=False, compare=False)   # documents.Extracted for PDF/DOCX
+    # Issue 30 (``with_counter``): the model's counter and where each of the text's tokens starts
+    # (an ``array('i')`` of character offsets, ascending: 4 bytes a token); None: sized in bytes.
+    counter: object = field(default=None, repr=False, compare=False)
+    token_starts: object = field(default=None, repr=False, compare=False)
 
     @property
     def tokens(self) -> int:
-        """Estimated tokens of the whole text (for the overflow alert)."""
+        """Tokens of the whole text: the model's count when counted, else the estimate (the alert)."""
+        if self.token_starts is not None:
+            return len(self.token_starts)
         return estimate_tokens(self.text, self.settings.bytes_per_token)
 
 
@@ -421,3 +442,13 @@ def with_settings(doc: Document, settings: ChunkSettings) -> Document:
     includes the settings, so it is computed anew)."""
     fp = hashlib.sha256(f"{doc.content_hash}|{doc.kind}|{settings.fingerprint}".encode()).hexdigest()[:16]
     return dataclasses.replace(doc, settings=settings, fingerprint=fp)
+
+
+def with_counter(doc: Document, counter) -> Document:
+    """``doc`` sized by the model's own tokens (issue 30): its text tokenized once, the start of
+    every token kept, and the settings naming the counter (so the fingerprint, the chunk ids and
+    whatever is keyed on them change with the sizing).  The same text, settings and counter give
+    the same chunks every time: the card's plan and the worker's run are one layout."""
+    settings = dataclasses.replace(doc.settings, counter=counter.name or "counted")
+    return dataclasses.replace(with_settings(doc, settings), counter=counter,
+                               token_starts=counter.starts(doc.text))

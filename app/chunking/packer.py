@@ -8,7 +8,7 @@ import re
 from typing import Iterable, NamedTuple
 
 from .document import ANALYSIS_OVERLAP_SHARE, HEADING_SHARE, OVERLAP_SHARE, ChunkSettings, _utf8_len
-from .units import (_B, _BLANKLINES, _C, _CODE_LEVELS, _CUT_COL0, _CUT_SENT, _FILL_LEVELS, _FWD_PARA, _FWD_SENT,
+from .units import (_B, _BLANKLINES, _C, _CODE_LEVELS, _CUT_COL0, _CUT_SENT, _CUT_SIG, _FILL_LEVELS, _FWD_PARA, _FWD_SENT,
                     _FWD_STMT, _FWD_TOP, _H, _L, _LAST_TR, _LIST_LEVELS, _MIDLINE, _NONSPACE, _P, _PREPROC,
                     _SRC_LEVELS, _SRC_STRUCT, _T, _TEXT_LEVELS, _TR, _WORD_LEVELS, _quoted_regions)
 
@@ -79,11 +79,25 @@ class _Packer:
         self._reset(0, 0, "", 0, False)
 
     # -- byte helpers -------------------------------------------------
+    # (``_TokenPacker`` gives these the model's tokens instead: every size below is in the unit
+    # they count, and the rules stay the same)
+    def plen(self, text: str) -> int:
+        """The size of a string that is not a slice of the text (a carried heading, a header row)."""
+        return _utf8_len(text)
+
+    def ahead(self, p: int, n: int) -> int:
+        """An offset at least a chunk's size past ``p`` (at most ``n``): how far a look-ahead goes."""
+        return min(n, p + self.budget)
+
+    def own_tokens(self) -> int:
+        """The open chunk's own text in (estimated) tokens."""
+        return math.ceil(self.c_own / self.bpt)
+
     def nb(self, a: int, b: int) -> int:
         """UTF-8 bytes of t[a:b] (no copy for ASCII documents)."""
         if self.ascii:
             return b - a
-        return _utf8_len(self.t[a:b])
+        return self.plen(self.t[a:b])
 
     def within(self, a: int, e: int, room: int) -> int:
         """Largest p <= e with bytes(t[a:p]) <= room."""
@@ -163,7 +177,7 @@ class _Packer:
             return ""
         hs = _BLANKLINES.match(self.t, hs, he).end()   # a first unit owns leading blank lines
         prefix = self.t[hs:he] + "\n\n"
-        return prefix if _utf8_len(prefix) <= self.budget // HEADING_SHARE else ""
+        return prefix if self.plen(prefix) <= self.budget // HEADING_SHARE else ""
 
     def _open(self, s: int, first: int, heading_first: bool) -> None:
         """Open a text chunk at s, with overlap and carried heading when they fit.
@@ -173,7 +187,7 @@ class _Packer:
         """
         ov = self._overlap_start(s)
         prefix = "" if heading_first else self._heading_prefix(ov)
-        pb = _utf8_len(prefix)
+        pb = self.plen(prefix)
         ob = self.nb(ov, s)
         if first <= self.budget:
             if pb + ob + first > self.budget:
@@ -329,7 +343,7 @@ class _Packer:
         within a chunk of a; else None."""
         n = len(self.t)
         lim = self.within(a, n, self.budget)
-        hi = min(n, lim + self.budget)            # far enough to see past blank lines
+        hi = self.ahead(lim, n)                   # far enough to see past blank lines
         for m in _FWD_TOP.finditer(self.t, a + 1, hi):
             if self._in_region(m.end()) is None:
                 ce = self._content_end(a, m.end())
@@ -513,10 +527,10 @@ class _Packer:
         n = self.nb(s, e)
         ws = self.nb(self._content_end(s, e), e) if n > self.budget else 0
         heading = "" if s < ts else self._heading_prefix(s)
-        if _utf8_len(heading) + n - ws > self.budget:
+        if self.plen(heading) + n - ws > self.budget:
             heading = ""
         header = self.t[hdr:body].rstrip("\n") + "\n" if body > hdr else ""
-        if _utf8_len(header) > self.budget // 2:
+        if self.plen(header) > self.budget // 2:
             header = ""
         a, lo, rest = s, body, n
         used = self.c_fixed + self.c_own
@@ -525,7 +539,7 @@ class _Packer:
             lo = body + 1                         # shares the open chunk
         else:
             self._close()
-            self._reset(s, s, heading, _utf8_len(heading), True)
+            self._reset(s, s, heading, self.plen(heading), True)
             self.open = True
         while True:
             room = self.budget - self.c_fixed - self.c_own
@@ -540,7 +554,7 @@ class _Packer:
             if cut is None:
                 if self.c_own:                    # no row fits the open chunk: start afresh
                     self._close()
-                    self._reset(a, a, heading, _utf8_len(heading), True)
+                    self._reset(a, a, heading, self.plen(heading), True)
                     lo = body
                 else:
                     self._reset(a, a, "", 0, True)
@@ -556,9 +570,9 @@ class _Packer:
             if rest <= ws:
                 break
             prefix = self._heading_prefix(cut) + (header if cut >= body else "")
-            if _utf8_len(prefix) > self.budget // 2:
+            if self.plen(prefix) > self.budget // 2:
                 prefix = header
-            self._reset(cut, cut, prefix, _utf8_len(prefix), True)
+            self._reset(cut, cut, prefix, self.plen(prefix), True)
             self.open = True
         self._reset(a, a, "", 0, False)           # whitespace left: joins the next text
         self.open = True
@@ -582,7 +596,7 @@ class _Packer:
         """
         used = self.c_fixed + self.c_own
         if not (self.analysis or self.explicit_fill):
-            return math.ceil(self.c_own / self.bpt) >= self.min_size
+            return self.own_tokens() >= self.min_size
         if used < self.fill_bytes:
             return False
         if not self.analysis:
@@ -619,3 +633,82 @@ class _Packer:
             self._place(pend, pend, len(self.t), _P)
         self._close()
         return self.spans
+
+
+class _TokenPacker(_Packer):
+    """The same packer sized by the model's own tokens (issue 30): the size of ``t[a:b]`` is the
+    number of the document's tokens that start in [a, b) (``starts``, from one tokenization of the
+    whole text), additive like bytes; a prefix string is counted by the counter itself.  The budget
+    is the chunk's size less ``TOKEN_SLACK`` (a piece tokenized alone may differ by a token at each
+    end); ``chunks._spans`` checks each chunk's own count after packing."""
+
+    def __init__(self, text: str, settings: ChunkSettings, code_doc: bool, starts, counter,
+                 regions: list[tuple[int, int]] | None = None) -> None:
+        super().__init__(text, settings, code_doc, regions)
+        self.starts, self.counter = starts, counter
+        self.budget = settings.max_tokens
+        self.fill_bytes = math.ceil(settings.fill_share * self.budget)
+        self._plen: dict[str, int] = {}
+
+    def plen(self, text: str) -> int:
+        if not text:
+            return 0
+        n = self._plen.get(text)
+        if n is None:
+            n = self._plen[text] = self.counter.count(text)
+        return n
+
+    def own_tokens(self) -> int:
+        return self.c_own
+
+    def nb(self, a: int, b: int) -> int:
+        if b <= a:
+            return 0
+        return bisect.bisect_left(self.starts, b) - bisect.bisect_left(self.starts, a)
+
+    def within(self, a: int, e: int, room: int) -> int:
+        """Largest p <= e whose [a, p) holds at most ``room`` token starts (the next token's start)."""
+        if room < 0:
+            return a
+        i = bisect.bisect_left(self.starts, a) + room
+        if i >= len(self.starts):
+            return e
+        return max(a, min(e, self.starts[i]))
+
+    def back_within(self, lo: int, e: int, cap: int) -> int:
+        """Smallest p >= lo (at a token start) whose [p, e) holds at most ``cap`` token starts."""
+        j = bisect.bisect_left(self.starts, e) - cap
+        if j <= 0:
+            return lo
+        return min(e, max(lo, self.starts[j]))
+
+    def ahead(self, p: int, n: int) -> int:
+        return max(min(n, p + 1), self.within(p, n, self.budget))
+
+    def _src_fill_cut(self, us: int, e: int) -> int | None:
+        """As the packer's, and when no top-level statement starts in the room left, the last nested
+        definition start (a method of a class) that does: with exact sizes a chunk that is not yet
+        ``fill`` full takes the first methods of a class that fits a chunk but not its rest, rather
+        than ending half empty (bench/bench_plan.py: argparse.py)."""
+        cut = super()._src_fill_cut(us, e)
+        if cut is not None or not self.open or self.c_fixed + self.c_own >= self.fill_bytes:
+            return cut
+        lim = self.within(self.c_end, e, self.budget - self.c_fixed - self.c_own)
+        first = self.t.find("\n", us, lim)
+        if first < 0:
+            return None
+        cut = self._src_match(_CUT_SIG, first, lim)
+        return cut if cut is not None and first < cut < e else None
+
+    def _long_line(self, p: int, e: int) -> bool:
+        """As the packer's, with the window a chunk's tokens wide instead of its bytes."""
+        t, w = self.t, self.budget + 1
+        back = self.back_within(0, p, w)
+        lo = t.rfind("\n", back, p)
+        if lo < 0 and back > 0:
+            return True
+        fwd = self.within(p, e, w)
+        hi = t.find("\n", p, fwd)
+        if hi < 0 and fwd < e:
+            return True
+        return self.nb(lo + 1, e if hi < 0 else hi) > self.budget

@@ -243,6 +243,27 @@ class Counter:
         encode = self._tokenizer.encode
         return sum(len(encode(piece, add_special_tokens=False).ids) for piece in _segments(text))
 
+    def starts(self, text: str):
+        """Where each token of ``text`` starts (character offsets, ascending, an ``array('i')``:
+        4 bytes a token), for a chunker that packs by the model's tokens: the tokens of
+        ``text[a:b]`` are about those that start in [a, b).  Tokenized in pieces as ``count``
+        does (for a vocabulary that is not ``segmentable`` too: bounded memory matters more
+        there than the token that a piece's "▁" adds; the chunker checks each chunk's own count)."""
+        from array import array
+
+        out = array("i")
+        if not text:
+            return out
+        encode, base = self._tokenizer.encode, 0
+        for piece in (_segments(text) if len(text) > SEGMENT_CHARS else [text]):
+            last = -1
+            for start, _ in encode(piece, add_special_tokens=False).offsets:
+                start = max(last, start + base)     # (a prepended "▁" maps to its piece's start)
+                out.append(start)
+                last = start
+            base += len(piece)
+        return out
+
     def ids(self, text: str) -> list[int]:
         """The token ids themselves (the tests compare them with llama.cpp's)."""
         return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
