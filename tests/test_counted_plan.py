@@ -162,27 +162,15 @@ def test_a_file_too_large_to_count_in_a_request_is_counted_by_the_worker(tmp_pat
 
     monkeypatch.setattr(plan, "COUNT_IN_REQUEST_BYTES", 1000)
     monkeypatch.setattr(plan, "COUNTED_FILL", fill)
-    info, reference = smollm
     with ScriptedOllama(models={MODEL: 8192}, script=map_or_reduce) as server:
-        server.model_info[MODEL] = info
-        server.count_fn = reference.count
-        config = make_config(tmp_path, server.url, model=MODEL)
-        workspace = Path(config.workspace)
-        workspace.mkdir(parents=True)
-        name, text = _file("md", reference.count, 14000)
-        (workspace / name).write_text(text, encoding="utf-8")
-        live = make_live(config)
-        live.services.models.counter(MODEL, wait=True)
-        session = live.open_session()
-        live.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
-        job = live.services.jobs.open_for(session)
+        config, live, name, session, job = _asked_about_a_file(tmp_path, server, smollm, make_live)
         card = live.get(f"/s/{session}").text
         chunks, _ = _card_chunks(card)
         assert job.fingerprint == "" and not job.tokens_counted and re.search(r"about [\d,]+ tokens", card)
         live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize each part.",
                                                                   "scope": "all"})
         wait_for(lambda: job.state in ("done", "confirm"), 120, f"the run ends or asks (it is {job.state})")
-        true = reference.count(chunking.read_document(workspace / name).text)
+        true = smollm[1].count(chunking.read_document(Path(config.workspace) / name).text)
         assert job.counter and job.tokens_counted and job.file_tokens == true and not job.replans
         maps = [int(m.group(1)) for rec in server.chats()
                 if (m := re.search(r"\nChunk (\d+) of (\d+)", rec.body["messages"][-1]["content"]))]
@@ -272,20 +260,8 @@ def test_a_counted_run_resumed_after_a_restart_keeps_the_cards_chunks(tmp_path, 
     no finished one redone, every "Chunk n of N" with the card's N."""
     from test_analysis import slow_maps, wait_state
 
-    info, reference = smollm
     with ScriptedOllama(models={MODEL: 8192}, script=slow_maps(0.03)) as server:
-        server.model_info[MODEL] = info
-        server.count_fn = reference.count
-        config = make_config(tmp_path, server.url, model=MODEL)
-        workspace = Path(config.workspace)
-        workspace.mkdir(parents=True)
-        name, text = _file("md", reference.count, 14000)
-        (workspace / name).write_text(text, encoding="utf-8")
-        first = make_live(config)
-        first.services.models.counter(MODEL, wait=True)
-        session = first.open_session()
-        first.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
-        job = first.services.jobs.open_for(session)
+        config, first, name, session, job = _asked_about_a_file(tmp_path, server, smollm, make_live)
         chunks, _ = _card_chunks(first.get(f"/s/{session}").text)
         first.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "all"})
         wait_for(lambda: job.done_count >= 3, 60, "three chunks")
@@ -304,3 +280,22 @@ def test_a_counted_run_resumed_after_a_restart_keeps_the_cards_chunks(tmp_path, 
         redone = [int(m.group(1)) - 1 for c in server.chats()[before:]
                   if (m := re.search(r"\nChunk (\d+) of \d+", _prompt(c)))]
         assert not set(redone) & finished and sorted(set(redone) | finished) == list(range(chunks))
+
+
+def _asked_about_a_file(tmp_path, server, smollm, make_live, tokens: int = 14000):
+    """The app (its counter built) over ``server`` serving SmolLM2's vocabulary, a Markdown file of
+    about ``tokens`` true tokens in its workspace, and a session that asked to summarize it: the
+    config, the app, the file's name, the session and the job its card waits with."""
+    info, reference = smollm
+    server.model_info[MODEL] = info
+    server.count_fn = reference.count
+    config = make_config(tmp_path, server.url, model=MODEL)
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    name, text = _file("md", reference.count, tokens)
+    (workspace / name).write_text(text, encoding="utf-8")
+    live = make_live(config)
+    live.services.models.counter(MODEL, wait=True)
+    session = live.open_session()
+    live.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
+    return config, live, name, session, live.services.jobs.open_for(session)
