@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from scripted_ollama import Reply
 from test_analysis import big_file_config, map_or_reduce, wait_settled
 from waiting import wait_for
 

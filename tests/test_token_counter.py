@@ -11,8 +11,6 @@ scripted Ollama serving that vocabulary, built once, kept on disk by digest, two
 
 from __future__ import annotations
 
-import copy
-import json
 
 import pytest
 
