@@ -1,7 +1,7 @@
 """Harvey Web: a chat app for a Raspberry Pi that talks to a local Ollama.
 
 ``create_app(config)`` builds the Flask app. Importing this package does no work:
-blueprints and services are imported inside the factory.
+blueprints (all in ``app.web``) and services are imported inside the factory.
 """
 
 from __future__ import annotations
@@ -21,13 +21,10 @@ def create_app(config=None, *, services=None):
     """
     from flask import Flask
 
-    from . import auth, files, health, security
-    from .analysis import views as analysis_views
-    from .chat import views as chat_views
-    from .sessions import views as sessions_views
     from .config import Config
     from .errors import HarveyError
     from .services import Services
+    from .web import analysis, auth, chat, files, health, security, sessions
 
     config = config or Config()
     app = Flask(__name__, template_folder=str(ROOT / "templates"), static_folder=str(ROOT / "static"))
@@ -37,7 +34,7 @@ def create_app(config=None, *, services=None):
     app.extensions["harvey"].extra["app"] = app  # background workers render with it
     security.init_app(app, login_gate=auth.init_app)
     app.register_error_handler(HarveyError, _harvey_error)
-    for module in (health, chat_views, files, analysis_views, sessions_views):
+    for module in (health, chat, files, analysis, sessions):
         app.register_blueprint(module.bp)
     return app
 
@@ -51,7 +48,7 @@ def _harvey_error(exc):
 
     from werkzeug.exceptions import HTTPException, default_exceptions
 
-    from .security import error_page
+    from .web.security import error_page
 
     logging.getLogger("harvey.web").info("refused (%s, %s): %s", exc.kind, exc.status, exc)
     http = default_exceptions.get(exc.status, HTTPException)(description=str(exc) or None)

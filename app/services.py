@@ -3,15 +3,13 @@
 One ``Services`` object per app holds the model server, the session store, the
 calibration, the owner of each session's model work (``activities``, run by the
 ``worker``, each call made through ``calls``) and the analysis job runner. Views reach it with
-``services()``; tests build an app around their own.
+``app.web.context.services()``; tests build an app around their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-
-from flask import current_app
 
 from .budget import Calibration
 from .config import Config
@@ -63,7 +61,3 @@ class Services:
                               chunk_help)
         return svc
 
-
-def services() -> Services:
-    """The current app's services (inside a request or app context)."""
-    return current_app.extensions["harvey"]

@@ -264,7 +264,7 @@ print("bare interpreter", rss())
 for name in ("yaml", "markupsafe", "jinja2", "werkzeug", "flask", "httpx", "waitress", "markdown_it", "bs4"):
     __import__(name)
     print(f"+ import {name}", rss())
-import app.analysis.views, app.chat.views, app.sessions.views, app.auth  # the app's own modules (+ what they import)
+import app.web.analysis, app.web.chat, app.web.sessions, app.web.auth  # the app's own modules (+ what they import)
 print("+ app modules", rss())
 from app import create_app
 from app.config import Config, OllamaConfig

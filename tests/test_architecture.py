@@ -1,9 +1,10 @@
-"""The layout of app/ (issue 22): no import cycle, views never imported by domain code, the
+"""The layout of app/ (issues 22 and 34): no import cycle, Flask and the views only in app/web/, the
 chat and analysis views independent of each other, auth and security independent, and the
 session's model work owned in one place.  Read from the source with ``ast``: every import
 counts, a function-level one too."""
 
 import ast
+import sys
 from pathlib import Path
 
 APP = Path(__file__).resolve().parent.parent / "app"
@@ -87,27 +88,81 @@ def test_no_import_cycle_in_app():
     assert cycles(graph()) == []
 
 
-VIEWS = {"app.chat.views", "app.analysis.views", "app.sessions.views", "app.chat.fragments", "app.files",
-         "app.health", "app.auth"}
-# Web modules: they may import views and fragments; everything else is domain code.
-WEB = VIEWS | {"app", "app.security", "app.cli"}
+# The web layer: every blueprint, view and fragment lives in app.web (issue 34).
+WEB_PACKAGE = "app.web"
+# Besides the web layer, only the app factory (``app``) may import a view: it registers them.
+WEB = {"app"}
+
+
+def is_web(name: str) -> bool:
+    return name == WEB_PACKAGE or name.startswith(WEB_PACKAGE + ".")
 
 
 def test_domain_code_never_imports_a_view():
     edges = graph()
-    offenders = {(m, v) for m, targets in edges.items() if m not in WEB for v in targets & VIEWS}
+    offenders = {(m, v) for m, targets in edges.items() if not is_web(m) and m not in WEB
+                 for v in targets if is_web(v)}
     assert offenders == set()
+
+
+def outside_imports(path: Path) -> set[str]:
+    """Every absolute import in ``path`` (``import x.y`` and ``from x.y import z``: the module names)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def web_offenders() -> set[tuple[str, str]]:
+    """(module, what it imports) for every module outside app.web and the factory that imports
+    Flask, Werkzeug or a module of app.web (a function-level import too)."""
+    known = modules()
+    out = set()
+    for name, path in known.items():
+        if is_web(name) or name in WEB:
+            continue
+        for target in outside_imports(path):
+            if target.split(".")[0] in ("flask", "werkzeug"):
+                out.add((name, target))
+        out.update((name, v) for v in imports_of(name, path, known) if is_web(v))
+    return out
+
+
+def test_only_the_web_layer_imports_flask_or_a_view():
+    """Domain code (everything but app/web/ and the factory in app/__init__.py) runs without
+    Flask: no ``flask``/``werkzeug`` import, and no import of an ``app.web`` module."""
+    assert web_offenders() == set()
+
+
+def test_the_web_check_sees_an_offender(tmp_path, monkeypatch):
+    """The check is not vacuous: the web layer exists and holds Flask, and a domain module
+    that imported Flask or a view would be named."""
+    known = modules()
+    assert {"app.web.chat", "app.web.analysis", "app.web.sessions", "app.web.fragments"} <= set(known)
+    assert any(t.split(".")[0] == "flask" for t in outside_imports(known["app.web.chat"]))
+    fake = tmp_path / "app"
+    (fake / "web").mkdir(parents=True)
+    (fake / "__init__.py").write_text("from flask import Flask\n")
+    (fake / "web" / "__init__.py").write_text("")
+    (fake / "web" / "chat.py").write_text("import flask\n")
+    (fake / "domain.py").write_text("from werkzeug.exceptions import NotFound\nfrom .web import chat\n")
+    monkeypatch.setattr(sys.modules[__name__], "APP", fake)
+    assert web_offenders() == {("app.domain", "werkzeug.exceptions"), ("app.domain", "app.web.chat")}
 
 
 def test_the_chat_and_analysis_views_do_not_import_each_other():
     edges = graph()
-    assert "app.analysis.views" not in edges["app.chat.views"]
-    assert "app.chat.views" not in edges["app.analysis.views"]
+    assert "app.web.analysis" not in edges["app.web.chat"]
+    assert "app.web.chat" not in edges["app.web.analysis"]
 
 
 def test_auth_and_security_do_not_import_each_other():
     edges = graph()
     assert not ("app.security" in edges["app.auth"] and "app.auth" in edges["app.security"])
+    assert not ("app.web.security" in edges["app.web.auth"] and "app.web.auth" in edges["app.web.security"])
 
 
 def test_routing_is_its_own_module_and_the_job_table_does_not_reach_into_the_chat():

@@ -295,7 +295,7 @@ def shown_headings(page):
 
 
 def test_the_screenplay_page_shows_the_newest_scenes_and_loads_earlier_ones_once_each(live):
-    from app.sessions.views import PAGE_SCENES
+    from app.web.sessions import PAGE_SCENES
 
     name, headings = long_session(live.services.store, 2 * PAGE_SCENES + 7, analysis_every=9)
     assert len(headings) > 2 * PAGE_SCENES + 7                     # the analyses add scenes
@@ -321,7 +321,7 @@ def test_the_screenplay_page_shows_the_newest_scenes_and_loads_earlier_ones_once
 
 
 def test_an_earlier_page_of_the_screenplay_opens_without_javascript(live):
-    from app.sessions.views import PAGE_SCENES
+    from app.web.sessions import PAGE_SCENES
 
     name, headings = long_session(live.services.store, PAGE_SCENES + 5)
     page = soup(live.get(f"/sessions/{name}", params={"before": 5}))

@@ -237,7 +237,7 @@ def long_session_text(s: SessionStore, turns: int) -> str:
 
 @pytest.mark.slow          # writes and parses a 9 MB session: a benchmark-sized test (25-75 s here)
 def test_a_session_of_100000_scenes_is_paged_newest_first(live):
-    from app.chat.views import PAGE_TURNS
+    from app.web.chat import PAGE_TURNS
 
     name = write_long_session(live.services.store, 100_000)
     page = live.get(f"/s/{name}", timeout=120).text
@@ -256,7 +256,7 @@ def test_a_turn_fragment_renders_only_that_turn(live, scripted, monkeypatch):
     name = live.open_session()
     for i in range(30):
         live.services.store.append_turn(name, fountain.Turn(T0, f"q{i}", "tiny:1b", reply=f"**a{i}**"))
-    from app.chat import fragments
+    from app.web import fragments
 
     rendered = []
     real = fragments.markdown
@@ -266,7 +266,7 @@ def test_a_turn_fragment_renders_only_that_turn(live, scripted, monkeypatch):
 
 
 def views_turn_fragment(live, name, index):
-    from app.chat.fragments import turn_fragment
+    from app.web.fragments import turn_fragment
 
     with live.app.test_request_context("/"):
         return turn_fragment(name, index)

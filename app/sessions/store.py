@@ -78,7 +78,7 @@ class SessionStore:
     """Reads and writes the session files in one folder."""
 
     # Parsed sessions kept in memory: the few in use, and the chat page's list of the 8 most
-    # recent (chat.views._recent loads each; with fewer, every page view would re-parse them).
+    # recent (web.fragments.recent loads each; with fewer, every page view would re-parse them).
     CACHE_SIZE = 10
 
     def __init__(self, folder: Path, user_name: str, workspace: str, backend: str = "ollama",

@@ -21,12 +21,12 @@ from flask import (Blueprint, Response, abort, flash, get_flashed_messages, redi
                    request, send_file, url_for)
 from markupsafe import Markup
 
-from . import fountain
+from ..sessions import fountain
 from ..errors import Refused
 from ..render import markdown
-from ..services import services
-from .names import SUFFIX, valid_name
-from .store import Session, SessionNotFound
+from .context import services
+from ..sessions.names import SUFFIX, valid_name
+from ..sessions.store import Session, SessionNotFound
 
 log = logging.getLogger(__name__)
 bp = Blueprint("sessions", __name__, url_prefix="/sessions")
@@ -158,7 +158,7 @@ def scene_views(session: Session, start: int = 0, stop: int | None = None) -> li
 def _cited_answers(session: Session, start: int, stop: int) -> dict:
     """(scene number, answer text) -> (the citation links, the turn, its analysis) of each turn in
     scenes ``start:stop`` whose analysis recorded passages."""
-    from ..chat.fragments import citation_links
+    from .fragments import citation_links
 
     found = {}
     for index, turn in enumerate(session.turns):

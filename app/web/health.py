@@ -6,9 +6,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from flask import Blueprint, jsonify
 
-from .errors import ModelError
-from .version import __version__
-from .services import services
+from ..errors import ModelError
+from ..version import __version__
+from .context import services
 
 bp = Blueprint("health", __name__)
 

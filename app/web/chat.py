@@ -16,11 +16,11 @@ from markupsafe import escape
 from ..errors import Busy, Conflict, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
 from ..render import stream_snapshot
-from ..services import services
+from .context import services
 from ..sessions.store import Session, SessionNotFound
-from . import turns
+from ..chat import turns
 from .fragments import busy_kind, fragment, page_context, recent, turn_fragment, turn_view, views_of
-from .status import match_model, recorded_model, session_model
+from ..chat.status import match_model, recorded_model, session_model
 
 log = logging.getLogger(__name__)
 bp = Blueprint("chat", __name__)

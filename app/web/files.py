@@ -19,11 +19,11 @@ from pathlib import Path
 
 from flask import Blueprint, abort, flash, get_flashed_messages, redirect, render_template, request, url_for
 
-from .services import services
-from .sessions.names import valid_name
-from .storage import atomic_write
-from . import documents, filenames
-from .workspace import MAX_NAME_CHARS, Workspace, WorkspaceError, safe_filename
+from .context import services
+from ..sessions.names import valid_name
+from ..storage import atomic_write
+from .. import documents, filenames
+from ..workspace import MAX_NAME_CHARS, Workspace, WorkspaceError, safe_filename
 
 log = logging.getLogger(__name__)
 bp = Blueprint("files", __name__, url_prefix="/files")

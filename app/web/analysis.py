@@ -18,13 +18,13 @@ from .. import chunking
 from ..errors import Busy, HarveyError
 from ..retrieval import embedding
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
-from ..services import services
+from .context import services
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
-from ..chat.fragments import turn_fragment
+from .fragments import turn_fragment
 from ..workspace import Workspace
-from . import answers, direct as direct_analysis, library, passages, plan
-from .job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble, without_directive
+from ..analysis import answers, direct as direct_analysis, library, passages, plan
+from ..analysis.job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble, without_directive
 
 log = logging.getLogger(__name__)
 bp = Blueprint("analysis", __name__)

@@ -18,11 +18,11 @@ from .. import filenames
 from ..analysis.job import SETTLED
 from ..errors import HarveyError, ModelError
 from ..render import markdown
-from ..services import services
+from .context import services
 from ..sessions import fountain, notes
 from ..sessions.store import Session
-from . import prepare
-from .status import chat_models, installed, match_model, session_model, status_for
+from ..chat import prepare
+from ..chat.status import chat_models, installed, match_model, session_model, status_for
 
 
 @dataclass
