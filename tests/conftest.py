@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -22,6 +23,13 @@ from scripted_ollama import ScriptedOllama  # noqa: E402
 from waiting import wait_for_exit, wait_until  # noqa: E402,F401 (the shared deadline-bounded waits)
 
 from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
+
+# Property tests draw new cases on every local run (and keep what fails in .hypothesis/), which is how
+# the chunker's edge cases are found; in CI (CI=true) they draw the same cases every run, so a red CI is
+# a change's doing and can be run again to the same result, never a draw that went badly that day.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 # pytest-timeout's per-test bound (pyproject: timeout) is too short for these: the real model
