@@ -248,6 +248,12 @@ HYP = hsettings(max_examples=150, deadline=None,
 @example(("```py\n```\n\n| a | a |\n|---|---|\n\n\n", {"fences": [(0, 9)], "rows": [(11, 20), (21, 30)],
                                                         "tables": [(11, 30)]}),
          ChunkSettings(size_tokens=8, overlap="paragraph", carry_heading=False, purpose="analysis"))
+@example(("# a\n\n| h |\n|---|\n| b |\n| " + "c" * 22 + " |\n",    # heading + header + row > budget
+          {"fences": [], "rows": [(5, 10), (11, 16), (17, 22), (23, 49)], "tables": [(5, 49)]}),
+         ChunkSettings(size_tokens=20, overlap="none", bytes_per_token=2.0, purpose="retrieval"))
+@example(("| h |\n|---|\n| " + "x" * 24 + " |\n| " + "x" * 24 + " |\n",   # row fits without its newline
+          {"fences": [], "rows": [(0, 5), (6, 11), (12, 40), (41, 69)], "tables": [(0, 69)]}),
+         ChunkSettings(size_tokens=20, overlap="none", bytes_per_token=2.0, purpose="retrieval"))
 def test_invariants_generated_markdown(doc_structure, s):
     """The invariants, and the same chunks from the same text every time (one test: drawing the
     documents is nine tenths of its cost, so each is used for both)."""
@@ -593,6 +599,38 @@ def test_tables_alone_and_row_groups():
     kinds = [c.kind for c in chunk_text(small, "markdown",
                                         ChunkSettings(size_tokens=500, purpose="retrieval"))]
     assert kinds == ["text", "table", "text"]
+
+
+@pytest.mark.parametrize("purpose", ["retrieval", "analysis"])
+def test_continued_table_drops_heading_before_header(purpose):
+    """A row group after the first starts with the table's header when header + row fit, even
+    when the carried heading does not fit as well: the heading goes, the header stays (hypothesis
+    found the header dropped with it)."""
+    s = ChunkSettings(size_tokens=20, overlap="none", bytes_per_token=2.0, purpose=purpose)
+    assert s.max_bytes == 40
+    head, header = "# a\n\n", "| h |\n|---|\n"
+    for k, prefix in ((18, head + header), (22, header), (30, "")):
+        row = "| " + "c" * k + " |\n"            # 17 + k + 5 > 40 from k = 19; 12 + k + 5 > 40 from k = 24
+        text = head + header + "| b |\n" + row
+        doc = make_document(text, "markdown", s)
+        chunks = chunk_document(doc)
+        check_invariants(doc, chunks, s)
+        assert [c.text for c in chunks] == [head + header + "| b |\n", prefix + row], k
+
+
+def test_newline_between_rows_is_a_table_group():
+    """A row that fits a group only without its newline leaves that newline to a group of its own
+    when the next row does not fit with it: that group is still part of the table (kind "table"),
+    not text inside a table (hypothesis found it labelled "text")."""
+    s = ChunkSettings(size_tokens=20, overlap="none", bytes_per_token=2.0, purpose="retrieval")
+    row = "| " + "x" * 24 + " |"                 # header (12) + row (28) = 40 = the budget
+    text = "| h |\n|---|\n" + row + "\n" + row + "\n"
+    doc = make_document(text, "markdown", s)
+    chunks = chunk_document(doc)
+    check_invariants(doc, chunks, s, {"fences": [], "rows": [(0, 5), (6, 11), (12, 40), (41, 69)],
+                                      "tables": [(0, 69)]})
+    gaps = [c for c in chunks if text[c.body_start:c.end] == "\n" and c.end < len(text)]
+    assert gaps and all(c.kind == "table" for c in gaps)
 
 
 def test_fenced_code_kept_whole():

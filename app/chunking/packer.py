@@ -135,6 +135,7 @@ class _Packer:
         self.c_prefix, self.c_fixed, self.c_own = prefix, fixed, 0
         self.c_table, self.c_code = table, True
         self.c_last, self.c_last_code, self.c_last_table = body, False, False
+        self.c_inner = False             # a table row group that ends before the table's last row
         self.c_path = tuple(h[1] for h in self.headings)
         self.c_sections = [self.c_path]
         self.c_hgen = self.hgen
@@ -158,8 +159,9 @@ class _Packer:
         self.open = False
         if self.c_end <= self.c_body:
             return
-        # blank lines left after a table are no table (a chunk of them is "text")
-        table = self.c_table and not self.t[self.c_body:self.c_end].isspace()
+        # blank lines left after a table are no table (a chunk of them is "text"); a row group of
+        # only the newline between two rows (the row before it filled a chunk) still is one
+        table = self.c_table and (self.c_inner or not self.t[self.c_body:self.c_end].isspace())
         kind = "table" if table else ("code" if self.c_code or self.code_doc else "text")
         self.spans.append(_Span(self.c_start, self.c_body, self.c_end, self.c_prefix,
                                 self.c_path, kind, self.c_fixed + self.c_own,
@@ -533,6 +535,7 @@ class _Packer:
         if self.plen(header) > self.budget // 2:
             header = ""
         a, lo, rest = s, body, n
+        ce = self._content_end(s, e)
         used = self.c_fixed + self.c_own
         if (self.analysis and self.open and self.c_own
                 and (used + n <= self.budget or used < self.fill_bytes)):
@@ -556,6 +559,10 @@ class _Packer:
                     self._close()
                     self._reset(a, a, heading, self.plen(heading), True)
                     lo = body
+                elif header and self.c_prefix != header and self.c_prefix.endswith(header):
+                    # heading + header + next row too big: drop the heading, keep the header
+                    # (a continued table's group starts with its header when header + row fit)
+                    self._reset(a, a, header, self.plen(header), True)
                 else:
                     self._reset(a, a, "", 0, True)
                 self.open = True
@@ -564,6 +571,7 @@ class _Packer:
             self._append(a, cut, piece, False, a)
             self.c_last_table = True
             self.c_table = self.c_table and cut > hdr     # heading/caption alone is not a table
+            self.c_inner = cut < ce                       # more rows follow this group
             self._close()
             rest -= piece
             a, lo = cut, cut
