@@ -15,7 +15,7 @@ import pytest
 
 from app import modelserver
 from app.budget import context_window
-from app.config import BudgetConfig, Config, ConfigError, ModelConfig, OllamaConfig, load_config
+from app.config import BudgetConfig, ChatConfig, Config, ConfigError, ModelConfig, OllamaConfig, load_config
 from app.modelserver import errors
 from app.modelserver.openai import OpenAIServer
 from app.sessions import fountain
@@ -241,9 +241,9 @@ def openai_config(tmp_path, url, model="tiny:1b", **ollama):
     return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", **ollama))
 
 
-def follow(live, name):
+def follow(live, name, total: float = 60.0):
     turn = len(live.services.store.load(name).turns) - 1
-    events = list(live.sse(f"/s/{name}/turns/{turn}/stream"))
+    events = list(live.sse(f"/s/{name}/turns/{turn}/stream", total=total))
     assert events[-1][0] == "close"
     return events, next(data for event, data, _ in events if event == "final")
 
@@ -336,12 +336,14 @@ def test_real_chat_through_the_app_with_api_openai(tmp_path, llama_server, make_
     config = openai_config(tmp_path, llama_server, model=REAL_MODEL, timeout_s=120.0)
     # a short reply, as in test_real_model (the reply may fill what the window leaves free: with the
     # server's 4096 it ran past the stream's 60 s on a busy machine)
+    # and the chat reply's own cap (chat.reply_tokens) as short: without it the reply may take the
+    # window's free room, several minutes of a 135M model on a loaded machine
     live = make_live(dataclasses.replace(config, models={REAL_MODEL: ModelConfig(context_window=512)},
-                                         budget=BudgetConfig(reply_tokens=64)))
+                                         budget=BudgetConfig(reply_tokens=64), chat=ChatConfig(reply_tokens=64)))
     assert live.services.models.window(REAL_MODEL) == REAL_WINDOW       # from /props, not the trained 8192
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "Say hello to my cat Pixel."})
-    events, final = follow(live, name)
+    events, final = follow(live, name, total=300)
     assert any(event == "piece" for event, _, _ in events)
     gen = live.services.activities.last(name)
     assert gen.status == "done" and gen.usage.prompt_tokens > 0 and gen.usage.generated_tokens > 0

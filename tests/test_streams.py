@@ -235,8 +235,11 @@ def test_a_stream_ends_itself_and_the_reconnect_loses_and_repeats_nothing(tmp_pa
         assert "snapshot" not in conn.names, "a reconnect with Last-Event-ID replays, it does not start over"
     pieces = [snapshot_tail(first.events[0][1])] + [data for conn in connections for name_, data, _ in conn.events
                                                     if name_ == "piece"]
-    # the pieces are HTML-escaped for the page
-    assert "".join(pieces).replace("&lt;", "<").replace("&gt;", ">") == text
+    # the pieces are HTML-escaped for the page; all of them arrive, in order, unless the last connection
+    # found the reply finished (a loaded machine): then the rest is in its final turn, nothing lost
+    arrived = "".join(pieces).replace("&lt;", "<").replace("&gt;", ">")
+    last = connections[-1]
+    assert arrived == text or (text.startswith(arrived) and last.names == ["final", "close"]), arrived[-40:]
     ids = [eid for conn in connections for n, _, eid in conn.events if n == "piece"]
     assert len(ids) == len(set(ids))
     final = connections[-1].events[-2]
