@@ -148,11 +148,15 @@ def test_parallel_2_keeps_two_calls_in_flight_and_results_land_in_chunk_order(tm
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.")
     events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
+    if job.state == "confirm":      # a re-plan past the card's count asks first (issue 30): read on
+        assert job.done_count == job.agreed < job.chunks
+        live.post(f"/s/{name}/analysis/{job.id}/read-on", data={"rest": "yes"})
+        list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
     assert job.state == "done" and scripted.max_in_flight == 2      # two at once, never more
     first, second = (next(c for c in scripted.chats() if chunk_of(c.body) == n) for n in (1, 2))
     assert second.ended < first.ended                               # chunk 2 answered first...
     partials = [int(re.search(r"<summary>Chunk (\d+)/", d).group(1)) for e, d, _ in events if e == "partial"]
-    assert partials == list(range(1, job.chunks + 1))               # ...and landed after chunk 1
+    assert len(partials) >= 2 and partials == list(range(1, len(partials) + 1))   # ...and landed after chunk 1
     assert list(job.results) == list(range(job.chunks))             # (results.jsonl in the same order)
     stages = " ".join(d for e, d, _ in events if e == "progress")
     assert "Reading chunks 1, 2 of " in stages
@@ -211,6 +215,9 @@ def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(
     before = len(scripted.chats())
     second.post(f"/s/{name}/analysis/{job.id}/resume")
     list(second.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
+    if resumed.state == "confirm":  # a re-plan past the card's count asks first (issue 30): read on
+        second.post(f"/s/{name}/analysis/{job.id}/read-on", data={"rest": "yes"})
+        list(second.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=120))
     assert resumed.state == "done"
     redone = [n - 1 for n in scripted.map_requests(since=before)]
     assert len(redone) == len(set(redone)) and not set(redone) & finished
