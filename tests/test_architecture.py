@@ -88,6 +88,35 @@ def test_no_import_cycle_in_app():
     assert cycles(graph()) == []
 
 
+def package_of(name: str) -> str:
+    """The floor a module belongs to: ``app.analysis.plan`` -> ``app.analysis``; a top-level module
+    (``app.budget``) is a floor of its own; the factory ``app`` is left out (it wires every floor)."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        if name == "app":
+            continue
+        mine = package_of(name)
+        out.setdefault(mine, set()).update(package_of(t) for t in targets if t != "app" and package_of(t) != mine)
+    return out
+
+
+def test_the_package_graph_sees_a_cycle_between_two_packages():
+    edges = {"app.chat.turns": {"app.analysis.job"}, "app.analysis.direct": {"app.chat.status"},
+             "app.chat.status": set(), "app.analysis.job": set(), "app": {"app.chat.turns"}}
+    assert cycles(package_graph(edges)) == [["app.analysis", "app.chat"]]
+
+
+def test_no_import_cycle_between_packages_of_app():
+    """Issue 34: no two packages of app/ import each other, even through different modules (the
+    analysis and chat packages did: /read-chunks now lives with the chat, above the analysis)."""
+    assert cycles(package_graph(graph())) == []
+
+
 # The web layer: every blueprint, view and fragment lives in app.web (issue 34).
 WEB_PACKAGE = "app.web"
 # Besides the web layer, only the app factory (``app``) may import a view: it registers them.

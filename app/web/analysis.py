@@ -23,7 +23,8 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .fragments import turn_fragment
 from ..workspace import Workspace
-from ..analysis import answers, direct as direct_analysis, library, passages, plan
+from ..analysis import answers, library, passages, plan
+from ..chat import read_chunks
 from ..analysis.job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble, without_directive
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ def direct(name: str):
     """Analyse a workspace file directly (the terminal Harvey's /read-chunks)."""
     _session(name)
     try:
-        job = direct_analysis.read_chunks(services(), name, request.form.get("file", ""))
+        job = read_chunks.read_chunks(services(), name, request.form.get("file", ""))
     except Busy as exc:
         abort(409, description=str(exc))
     except (HarveyError, OSError) as exc:

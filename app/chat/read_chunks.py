@@ -1,5 +1,8 @@
 """``/read-chunks FILE``: an analysis asked for from the file list, not by a message.
 
+It lives with the chat (issue 34): it is a use case of a session's turns, like a message, and
+the analysis package below it knows nothing of the chat.
+
 A use case like the chat's: under the session's lock, a card waiting for its
 instruction is answered "no" (as a new message would), the session must be free,
 and the new turn and its card are written as one change.
@@ -7,10 +10,10 @@ and the new turn and its card are written as one change.
 
 from __future__ import annotations
 
-from ..chat.prepare import now
-from ..chat.status import session_model, status_for
+from ..analysis.job import InvalidTransition, Job
 from ..sessions import fountain
-from .job import InvalidTransition, Job
+from .prepare import now
+from .status import session_model, status_for
 
 
 def read_chunks(svc, name: str, file: str) -> Job:
