@@ -82,29 +82,32 @@ def start(name: str, job_id: str):
     return _turn_html(job)
 
 
+def _decided(job: Job, act, refused: type[Exception] = HarveyError) -> str:
+    """Carry out one of the card's decisions and answer with the card as it is now.
+
+    ``refused``: the refusal that needs no words of its own (answered already on another device,
+    or the session busy): the card re-drawn says which.  A state that cannot be saved (a full or
+    read-only disk) changes nothing and the card says why (``_unsaved``)."""
+    try:
+        act()
+    except OSError as exc:
+        return _unsaved(job, exc)
+    except refused:
+        pass
+    return _turn_html(job)
+
+
 @bp.post("/s/<name>/analysis/<job_id>/read-on")
 def read_on(name: str, job_id: str):
     """The answer to a job that needs more calls than agreed: read the rest, or synthesize what was read."""
     job = _job(name, job_id)
-    try:
-        services().jobs.read_on(job, rest=request.form.get("rest") == "yes")
-    except OSError as exc:
-        return _unsaved(job, exc)
-    except HarveyError:
-        pass            # answered already (another device), or the session is busy: the card says which
-    return _turn_html(job)
+    return _decided(job, lambda: services().jobs.read_on(job, rest=request.form.get("rest") == "yes"))
 
 
 @bp.post("/s/<name>/analysis/<job_id>/decline")
 def decline(name: str, job_id: str):
     job = _job(name, job_id)
-    try:
-        services().jobs.decline(job)
-    except InvalidTransition:
-        pass
-    except OSError as exc:
-        return _unsaved(job, exc)
-    return _turn_html(job)
+    return _decided(job, lambda: services().jobs.decline(job), refused=InvalidTransition)
 
 
 @bp.post("/s/<name>/analysis/<job_id>/cancel")
@@ -116,39 +119,21 @@ def cancel(name: str, job_id: str):
 @bp.post("/s/<name>/analysis/<job_id>/after-cancel")
 def after_cancel(name: str, job_id: str):
     job = _job(name, job_id)
-    try:
-        services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes")
-    except OSError as exc:
-        return _unsaved(job, exc)
-    except HarveyError:
-        pass            # answered already (another device), or the session is busy: the card says which
-    return _turn_html(job)
+    return _decided(job, lambda: services().jobs.after_cancel(job, keep=request.form.get("keep") == "yes"))
 
 
 @bp.post("/s/<name>/analysis/<job_id>/resume")
 def resume(name: str, job_id: str):
     """Retry an interrupted job: the message on the card says why when it cannot."""
     job = _job(name, job_id)
-    try:
-        services().jobs.resume(job)
-    except OSError as exc:
-        return _unsaved(job, exc)
-    except HarveyError:
-        pass                                  # InvalidTransition, or the reason is on the card now
-    return _turn_html(job)
+    return _decided(job, lambda: services().jobs.resume(job))
 
 
 @bp.post("/s/<name>/analysis/<job_id>/discard")
 def discard(name: str, job_id: str):
     """Throw away a failed, interrupted or stale job; its files go."""
     job = _job(name, job_id)
-    try:
-        services().jobs.discard(job, expect=DISCARDABLE)
-    except InvalidTransition:
-        pass
-    except OSError as exc:
-        return _unsaved(job, exc)
-    return _turn_html(job)
+    return _decided(job, lambda: services().jobs.discard(job, expect=DISCARDABLE), refused=InvalidTransition)
 
 
 def _render(job: Job, event: Event) -> str:
