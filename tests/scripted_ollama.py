@@ -31,13 +31,13 @@ import argparse
 import hashlib
 import json
 import math
-import selectors
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
+
+from scripted_http import ScriptedServer, TrackedHandler
 
 
 @dataclass
@@ -84,51 +84,6 @@ class Recorded:
         return sum(len((m.get("content") or "").encode()) for m in self.body.get("messages", []))
 
 
-class _QuietServer(ThreadingHTTPServer):
-    """A client hanging up (a cancel, a closed keep-alive) is normal here, not an error.
-
-    ``serve`` / ``stop_serving`` replace ``serve_forever`` / ``shutdown``: those wake
-    every 0.5 s to look for the stop flag (half a second of every test's teardown);
-    here a byte on a socket pair wakes the loop at once.
-    """
-
-    def server_activate(self):
-        super().server_activate()
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._stop = False
-        self._stopped = threading.Event()
-
-    def serve(self) -> None:
-        """Accept requests until ``stop_serving``; each is handled in a thread of its own."""
-        try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self, selectors.EVENT_READ)
-                selector.register(self._wake_r, selectors.EVENT_READ)
-                while not self._stop:
-                    for key, _ in selector.select():
-                        if key.fileobj is self and not self._stop:
-                            self._handle_request_noblock()
-        finally:
-            self._stopped.set()
-
-    def stop_serving(self, running: bool = True) -> None:
-        """Stop the loop now (``running``: wait for it to return) and close the sockets; twice is once."""
-        if self._stop:
-            return
-        self._stop = True
-        self._wake_w.send(b"x")
-        if running and not self._stopped.wait(5):
-            raise RuntimeError("the scripted server's loop did not stop")
-        self.server_close()
-        self._wake_r.close()
-        self._wake_w.close()
-
-    def handle_error(self, request, client_address):
-        import sys
-        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            super().handle_error(request, client_address)
-
-
 def failing(times: int, then: Callable[[dict], Reply], status: int | None = None, fault: str | None = None,
             which: Callable[[dict], bool] = lambda body: True) -> Callable[[dict], Reply]:
     """A script whose first ``times`` requests that ``which`` picks fail with HTTP ``status`` (or
@@ -151,7 +106,7 @@ def _echo(body: dict) -> Reply:
     return Reply(text=f"You said: {last[:200]}")
 
 
-class ScriptedOllama:
+class ScriptedOllama(ScriptedServer):
     """Start with ``with ScriptedOllama() as server:``; ``server.url`` is the base URL."""
 
     def __init__(self, models: dict[str, int] | None = None, script: Callable[[dict], Reply] | Reply | None = None,
@@ -185,56 +140,12 @@ class ScriptedOllama:
         self.loaded: dict[str, int] = {}        # model -> num_ctx of its last chat (what /api/ps lists)
         self.capabilities: dict[str, list[str]] = {}   # /api/show's "capabilities" of a model, where set
         self.show_details: dict = {}     # more keys of /api/show's "details" (e.g. the demo server's mark)
-        self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._open: set = set()          # sockets of requests being handled (kill() drops them)
-        self._httpd = self._bind((host, port))
-        self._thread: threading.Thread | None = None
+        super().__init__(host, port)
 
     # -- lifecycle -------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def _bind(self, address) -> _QuietServer:
-        httpd = _QuietServer(address, _handler_for(self))
-        httpd.daemon_threads = True
-        return httpd
-
-    def start(self) -> "ScriptedOllama":
-        self._thread = threading.Thread(target=self._httpd.serve, daemon=True)
-        self._thread.start()
-        return self
-
-    def kill(self) -> None:
-        """Go away like a killed Ollama: stop listening and drop every connection in flight."""
-        address = self._httpd.server_address[:2]
-        self._httpd.stop_serving(self._thread is not None)
-        self._address = address
-        with self._lock:
-            conns = list(self._open)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def revive(self) -> None:
-        """Come back on the same port after ``kill()``."""
-        self._httpd = self._bind(self._address)
-        self.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._httpd.stop_serving(self._thread is not None)
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+    def make_handler(self):
+        return _handler_for(self)
 
     # -- helpers for tests ---------------------------------------------------
 
@@ -309,25 +220,8 @@ class ScriptedOllama:
 
 
 def _handler_for(server: ScriptedOllama):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True   # as Ollama: small answers go out at once, not after 40 ms
-
-        def log_message(self, *args):  # keep test output quiet
-            pass
-
-        def setup(self):
-            super().setup()
-            with server._lock:
-                server._open.add(self.connection)
-
-        def finish(self):
-            with server._lock:
-                server._open.discard(self.connection)
-            try:
-                super().finish()
-            except OSError:
-                pass
+    class Handler(TrackedHandler):
+        server_of = server
 
         def _json(self, status: int, obj) -> None:
             data = json.dumps(obj).encode()
@@ -543,7 +437,7 @@ def main() -> None:
     server = ScriptedOllama(script=lambda body: Reply(text=_echo(body).text, token_delay=args.delay),
                             port=args.port)
     print(f"scripted Ollama on {server.url}", flush=True)
-    server._httpd.serve()
+    server._httpd.serve()   # in this thread, until the process is stopped
 
 
 if __name__ == "__main__":

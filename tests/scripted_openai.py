@@ -21,10 +21,9 @@ import select
 import socket
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Callable
 
-from scripted_ollama import _QuietServer
+from scripted_http import ScriptedServer, TrackedHandler
 
 
 @dataclass
@@ -51,7 +50,7 @@ class Recorded:
     finished: threading.Event = field(default_factory=threading.Event)
 
 
-class ScriptedOpenAI:
+class ScriptedOpenAI(ScriptedServer):
     """``with ScriptedOpenAI() as server:``; ``server.url`` is the base URL (no ``/v1``)."""
 
     def __init__(self, models: dict[str, int] | None = None, kind: str = "llama",
@@ -66,46 +65,10 @@ class ScriptedOpenAI:
         self.requests: list[Recorded] = []
         self.in_flight = 0                  # chat requests being answered now
         self.max_in_flight = 0              # the most chat requests ever answered at once
-        self._lock = threading.Lock()
-        self._open: set = set()             # sockets of requests being handled (kill() drops them)
-        self._stopping = threading.Event()
-        self._httpd = self._bind(("127.0.0.1", 0))
+        super().__init__()
 
-    def _bind(self, address) -> _QuietServer:
-        httpd = _QuietServer(address, _handler_for(self))
-        httpd.daemon_threads = True
-        return httpd
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> "ScriptedOpenAI":
-        threading.Thread(target=self._httpd.serve, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stopping.set()
-        self._httpd.stop_serving()
-
-    def kill(self) -> None:
-        """Go away like a stopped server: every open connection dropped (kept-alive ones too), and new
-        ones refused until ``revive``."""
-        self._address = self._httpd.server_address[:2]
-        self._httpd.stop_serving()
-        with self._lock:
-            conns = list(self._open)
-        for conn in conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def revive(self) -> None:
-        """Come back on the same port (with whatever ``models`` says now: a restart with other flags)."""
-        self._httpd = self._bind(self._address)
-        self.__enter__()
+    def make_handler(self):
+        return _handler_for(self)
 
     def chats(self) -> list[Recorded]:
         with self._lock:
@@ -131,25 +94,8 @@ class ScriptedOpenAI:
 
 
 def _handler_for(server: ScriptedOpenAI):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def log_message(self, *args):
-            pass
-
-        def setup(self):
-            super().setup()
-            with server._lock:
-                server._open.add(self.connection)
-
-        def finish(self):
-            with server._lock:
-                server._open.discard(self.connection)
-            try:
-                super().finish()
-            except OSError:
-                pass
+    class Handler(TrackedHandler):
+        server_of = server
 
         def _json(self, status: int, obj) -> None:
             data = json.dumps(obj).encode()
