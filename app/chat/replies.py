@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..errors import ModelError
 from ..modelserver import Cancelled, Usage
+from ..sessions import fountain, notes
 from ..work.activity import Activity
 from ..work.calls import ModelCalls, Request
 
@@ -96,3 +97,28 @@ def _read(calls: ModelCalls, gen: Generation, request: Request, on_piece) -> Non
     finally:
         if call is not None:
             gen.usage, gen.warning = call.usage, call.warning
+
+
+def recorded_turn(gen: Generation, base: fountain.Turn, backend: str) -> fountain.Turn:
+    """The turn as the session file keeps it once ``gen`` ended: the reply, its stats line, and the
+    notes that say how it ended (stopped, interrupted by a shutdown, the server's error, cut at its
+    cap, what the calibration noticed)."""
+    ended = []
+    if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
+        ended.append(notes.interrupted(gen.interrupted or "the server stopped"))
+    elif gen.status == "stopped":
+        ended.append(notes.stopped())
+    elif gen.status == "error" and gen.error is not None:
+        ended.append(notes.error(getattr(gen.error, "kind", "error"), str(gen.error)))
+    if gen.cut_at and gen.status == "done":
+        ended.append(notes.cut(gen.cut_at))
+    if gen.warning:
+        ended.append(notes.notice(gen.warning))
+    usage = gen.usage
+    stats = None
+    if usage is not None:
+        stats = fountain.stats_line(gen.model, backend, usage.generated_tokens or 0, usage.prompt_tokens or 0,
+                                    usage.seconds)
+    reply = gen.text if (gen.text or usage is not None) else None
+    return fountain.Turn(when=base.when, user_text=base.user_text, model=gen.model, reply=reply, stats=stats,
+                         notes=[*base.notes, *ended])

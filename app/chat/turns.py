@@ -256,15 +256,7 @@ def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Pr
             last_block[0] = block_id
 
     def record(gen: Generation) -> None:
-        if gen.status == "interrupted":       # shutdown: what arrived, and a note that offers Re-send
-            done_notes = [notes.interrupted(gen.interrupted or "the server stopped")]
-        else:
-            done_notes = prepare.reply_notes(gen.status, gen.error)
-        if gen.cut_at and gen.status == "done":
-            done_notes.append(notes.cut(gen.cut_at))
-        if gen.warning:
-            done_notes.append(notes.notice(gen.warning))
-        done = prepare.finished_turn(turn, gen.text, gen.usage, svc.store.backend, gen.model, done_notes)
+        done = replies.recorded_turn(gen, turn, svc.store.backend)
         try:
             svc.store.replace_turn(gen.session, gen.turn, done, expect=turn.user_text)
         except HarveyError:

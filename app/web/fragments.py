@@ -19,6 +19,7 @@ from ..analysis.job import SETTLED
 from ..errors import HarveyError, ModelError
 from ..render import markdown
 from .context import services
+from .error_cards import error_view
 from ..sessions import fountain, notes
 from ..sessions.store import Session
 from ..chat import prepare
@@ -81,7 +82,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
     view.cut = read.cut if turn.reply is not None else 0
     if read.error:
-        view.error = prepare.error_view(*read.error, api=api)
+        view.error = error_view(*read.error, api=api)
         if view.error["kind"] == "missing_file":
             view.error["fix"] = missing_fix(turn.user_text or "", view.error["detail"])
         view.partial_kept = bool(turn.reply)
