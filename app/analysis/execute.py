@@ -297,22 +297,12 @@ class Execution:
                           kind=kind, format=format)
         text, usage = self.svc.calls.text(activity, request)
         if usage is not None:
+            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             with self._costs:       # (map calls end in several threads at once)
-                self._add_cost(job, messages, usage, chunk)
+                job.add_cost(usage, measured)
         if cuts is not None:        # the caller says when its reply ended at its cap
             cuts.append(request.num_predict if usage is not None and usage.cut_off else 0)
         return text
-
-    @staticmethod
-    def _add_cost(job: Job, messages: list[dict], usage, chunk: bool) -> None:
-        """What a call cost, added to the job; a map call also measures the file's bytes per token."""
-        job.model_calls += 1
-        job.prompt_tokens += usage.prompt_tokens or 0
-        job.generated_tokens += usage.generated_tokens or 0
-        job.model_seconds += usage.seconds or 0.0
-        measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
-        if measured:
-            job.measured_bpt = min(job.measured_bpt or measured, measured)
 
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it

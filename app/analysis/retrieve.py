@@ -13,6 +13,7 @@ terminal Harvey's ``[[rag: N chunks from FILE, top score S]]`` note.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -154,34 +155,36 @@ class Retrieval:
 
     def _wait_index(self, job: Job, rdoc: chunking.Document):
         """Ask for the index and sleep until it is done or the job is stopped: one Event, set by the
-        build at each batch and at its end, and by the job's Stop (a stand-in attached to the job's
-        activity), so nothing polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress,
-        or None when the job was stopped (its build is cancelled after the batch in flight)."""
+        build at each batch and at its end, and by the job's Stop (``Activity.waking``), so nothing
+        polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress, or None when the job
+        was stopped (its build is cancelled after the batch in flight)."""
         indexer, woken = self.svc.indexer, threading.Event()
         progress = indexer.request(rdoc)
-        activity, wake = self.steps.activity_of(job), _Wake(woken)
+        activity = self.steps.activity_of(job)
         progress.listen(woken)
-        if activity is not None:
-            activity.attach(wake)
-        try:
-            shown = -1
-            while not progress.complete and not progress.finished.is_set():
-                if self.steps.stopped(job):
-                    indexer.cancel(rdoc.fingerprint)
-                    self.steps.after_stop(job)
-                    return None
-                if progress.embedded != shown:          # an event per batch
-                    shown = progress.embedded
-                    self.steps.progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
-                if not woken.wait(INDEX_IDLE_S):
-                    log.warning("retrieval %s: the index build said nothing for %.0f s; going on without it",
-                                job.id, INDEX_IDLE_S)
-                    break
-                woken.clear()
-        finally:
-            progress.unlisten(woken)
-            if activity is not None:
-                activity.detach(wake)
+        with activity.waking(woken) if activity is not None else contextlib.nullcontext():
+            try:
+                return self._sleep_on_index(job, rdoc, progress, woken)
+            finally:
+                progress.unlisten(woken)
+
+    def _sleep_on_index(self, job: Job, rdoc: chunking.Document, progress, woken: threading.Event):
+        """``_wait_index``'s loop: one progress event per batch, until the build ends, goes silent or
+        the job is stopped."""
+        indexer, shown = self.svc.indexer, -1
+        while not progress.complete and not progress.finished.is_set():
+            if self.steps.stopped(job):
+                indexer.cancel(rdoc.fingerprint)
+                self.steps.after_stop(job)
+                return None
+            if progress.embedded != shown:          # an event per batch
+                shown = progress.embedded
+                self.steps.progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
+            if not woken.wait(INDEX_IDLE_S):
+                log.warning("retrieval %s: the index build said nothing for %.0f s; going on without it",
+                            job.id, INDEX_IDLE_S)
+                break
+            woken.clear()
         return progress
 
     # -- search and fit -----------------------------------------------------------------------
@@ -286,10 +289,7 @@ class Retrieval:
                 self.steps.fail(job, f"The answer failed: {_one_line(exc)}")
             return None
         if usage is not None:
-            job.model_calls += 1
-            job.prompt_tokens += usage.prompt_tokens or 0
-            job.generated_tokens += usage.generated_tokens or 0
-            job.model_seconds += usage.seconds or 0.0
+            job.add_cost(usage)
         said = ""                       # what the app says under the answer (never parsed as the reply)
         if dropped:
             said += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
@@ -329,17 +329,6 @@ class StaleVectors(HarveyError):
     def __init__(self, model: str, message: str):
         super().__init__(message)
         self.model = model
-
-
-class _Wake:
-    """Stands among the job's calls while it waits for its index: a Stop "cancels" it, which wakes
-    the waiter (``Activity.attach`` cancels it at once if the Stop came first)."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def cancel(self) -> None:
-        self.event.set()
 
 
 def _without_lowest(passages: list[Passage], ranks: dict[int, int]) -> list[Passage]:
