@@ -81,12 +81,13 @@ def cmd_serve(config: Config, args) -> int:
             log.warning("%s is not answering at %s; the app will say so and recover when it comes up.",
                         probe.name, config.ollama.url)
     app = create_app(config)
-    server = make_server(app, server_cfg)
+    channels: dict = {}         # waitress's socket map: the listening socket and every open connection
+    server = make_server(app, server_cfg, channels)
     log.info("Harvey Web %s listening on %s", _version(), listen_urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; %s at %s, model %s", config.sessions_path,
              config.workspace_path, app.extensions["harvey"].models.name, config.ollama.url, config.ollama.model)
     try:
-        return serve_until_signalled(server, app.extensions["harvey"])
+        return serve_until_signalled(server, channels, app.extensions["harvey"])
     finally:
         if demo:
             demo.stop()
@@ -100,8 +101,11 @@ SHUTDOWN_THREADS_S = 3.0     # for waitress's worker threads to finish their tas
 INTERRUPTED_BY = {signal.SIGTERM: "the server was stopped", signal.SIGINT: "the server was stopped (Ctrl-C)"}
 
 
-def serve_until_signalled(server, svc) -> int:
+def serve_until_signalled(server, channels: dict, svc) -> int:
     """Run waitress's loop until SIGTERM or SIGINT, then shut down gracefully; 0 when it did.
+
+    ``channels``: the socket map the server was made with (``make_server``): this loop runs
+    it itself, so that it can stop listening between polls and flush the open connections.
 
     On the first signal: stop accepting connections; stop every reply in flight and
     record it with what arrived and an "interrupted" note (the page offers Re-send);
@@ -150,7 +154,7 @@ def serve_until_signalled(server, svc) -> int:
     try:
         listening = True
         while not settled.is_set():
-            wasyncore.loop(timeout=adj.asyncore_loop_timeout, map=server._map, use_poll=adj.asyncore_use_poll,
+            wasyncore.loop(timeout=adj.asyncore_loop_timeout, map=channels, use_poll=adj.asyncore_use_poll,
                            count=1)
             if listening and stopping.is_set():    # between polls: no select() holds the socket now
                 listening = False
@@ -159,8 +163,8 @@ def serve_until_signalled(server, svc) -> int:
         deadline = time.monotonic() + SHUTDOWN_FLUSH_S
         while time.monotonic() < deadline and any(
                 isinstance(ch, HTTPChannel) and (ch.total_outbufs_len or ch.requests)
-                for ch in list(server._map.values())):
-            wasyncore.loop(timeout=0.05, map=server._map, use_poll=adj.asyncore_use_poll, count=1)
+                for ch in list(channels.values())):
+            wasyncore.loop(timeout=0.05, map=channels, use_poll=adj.asyncore_use_poll, count=1)
     except KeyboardInterrupt:
         log.warning("stopping at once")
         status = 1
@@ -168,18 +172,22 @@ def serve_until_signalled(server, svc) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.task_dispatcher.shutdown(cancel_pending=True, timeout=SHUTDOWN_THREADS_S)
-        wasyncore.close_all(server._map)
+        wasyncore.close_all(channels)
     log.info("stopped")
     return status
 
 
-def make_server(app, server_cfg):
-    """The waitress server ``harvey serve`` runs (the tests start the app through this too)."""
+def make_server(app, server_cfg, channels: dict | None = None):
+    """The waitress server ``harvey serve`` runs (the tests start the app through this too).
+
+    ``channels``: a dict for waitress's socket map (``create_server``'s ``map``), which the
+    caller keeps to run the loop itself (``serve_until_signalled``); None: waitress makes its own."""
     from waitress import create_server
 
     from .security import body_limit_channel, waitress_body_limit, waitress_proxy_settings
 
-    server = create_server(app, host=server_cfg.host, port=server_cfg.port, threads=server_cfg.threads,
+    server = create_server(app, map=channels, host=server_cfg.host, port=server_cfg.port,
+                           threads=server_cfg.threads,
                            channel_timeout=server_cfg.channel_timeout_s,
                            connection_limit=server_cfg.connection_limit, ident="harvey",
                            # a body over the limit (chunked or not) is read no further than the limit

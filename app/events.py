@@ -183,7 +183,8 @@ class StreamGate:
             self._open += 1
         return Slot(self, time.monotonic() + self.lifetime)
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """One stream fewer: called once per slot, by ``Slot.release`` (which makes it idempotent)."""
         with self._lock:
             self._open -= 1
 
@@ -231,7 +232,7 @@ class Slot:
             if self._released:
                 return
             self._released = True
-        self.gate._leave()
+        self.gate.leave()
 
 
 def gate_for(svc) -> StreamGate:

@@ -1,6 +1,6 @@
 """The layout of app/ (issues 22 and 34): no import cycle, Flask and the views only in app/web/, the
-chat and analysis views independent of each other, auth and security independent, and the
-session's model work owned in one place.  Read from the source with ``ast``: every import
+chat and analysis views independent of each other, auth and security independent, the
+session's model work owned in one place, and no object reaching into another's private attributes.  Read from the source with ``ast``: every import
 counts, a function-level one too."""
 
 import ast
@@ -215,3 +215,67 @@ def test_every_package_is_installed():
     listed = set(tomllib.loads((APP.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {module_name(p) for p in APP.rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
+
+
+# -- no reach into another object's insides (issue 34) ---------------------------------------------
+
+# What may follow a dot although it starts with "_": namedtuple's public methods, and dunders.
+PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+# The reaches left in app/modelserver/ (another change removes them; then this set goes).
+KNOWN_REACHES = {
+    ("app.modelserver.ollama", "self._server._reply_done"),
+    ("app.modelserver.transport", "server._send_chat"),
+    ("app.modelserver.transport", "self._server._send_chat"),
+    ("app.modelserver.transport", "self._line._close"),
+    ("app.modelserver.transport", "self._line._track"),
+}
+
+
+def reaches_in(source: str) -> set[str]:
+    """Every ``x._name`` in ``source`` where ``x`` is not ``self``, ``cls`` or ``super()``: an object
+    reaching into another's private attributes (a dunder, or a namedtuple's ``_replace``, is no reach)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if (node.attr.startswith("__") and node.attr.endswith("__")) or node.attr in PUBLIC_UNDERSCORED:
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+            continue
+        found.add(ast.unparse(node))
+    return found
+
+
+def private_reaches() -> set[tuple[str, str]]:
+    return {(name, reach) for name, path in modules().items()
+            for reach in reaches_in(path.read_text(encoding="utf-8"))}
+
+
+def test_no_module_reaches_into_another_objects_private_attributes():
+    """A step of a run sees the runner through ``analysis.steps.RunSteps``, a session's turns
+    through ``Session.parsed_turns``: what one object needs of another is a public, named part of it."""
+    assert private_reaches() - KNOWN_REACHES == set()
+
+
+def test_the_reach_check_sees_an_offender(tmp_path, monkeypatch):
+    """The check is not vacuous: a reach into another object is named, and what is allowed is not."""
+    fake = tmp_path / "app"
+    (fake / "analysis").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "analysis" / "__init__.py").write_text("")
+    (fake / "analysis" / "step.py").write_text(
+        "class Step:\n"
+        "    def run(self, job):\n"
+        "        self._count += 1\n"                       # its own: allowed
+        "        super()._run(job)\n"                      # its base class's: allowed
+        "        job = job._replace(state='done').__class__\n"   # namedtuple's public method, a dunder
+        "        if self.runner._stopped(job):\n"           # the runner's insides: named
+        "            return self.ex._read_chunk(job)\n"     # another object's: named
+        "        return cls._cache, session._turns\n")      # cls allowed; session._turns named
+    monkeypatch.setattr(sys.modules[__name__], "APP", fake)
+    assert private_reaches() == {("app.analysis.step", "self.runner._stopped"),
+                                 ("app.analysis.step", "self.ex._read_chunk"),
+                                 ("app.analysis.step", "session._turns")}

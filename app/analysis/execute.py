@@ -3,8 +3,9 @@
 The runner (``runner.JobRunner``) owns the jobs, the user's decisions, the session's
 activity and the lane; for each run it builds an :class:`Execution`, which asks the model
 for every chunk without an answer (map, with retries and re-plans) and then for the
-synthesis (reduce).  Every state change still goes through the runner (``transition``,
-``machine``), so the two never race.  Failures of a map call are sorted by what trying
+synthesis (reduce).  It sees the runner only through ``steps.RunSteps`` (stopped, progress,
+transition, fail, finish, the activity): every state change still goes through the runner,
+so the two never race.  Failures of a map call are sorted by what trying
 again can do (``retryable``, ``repeats``):
 
 * the server away, busy or restarting (connection refused or reset, a timeout, a connection
@@ -35,6 +36,7 @@ from ..work.calls import Request
 from . import answers, mapreduce, plan, record
 from .inflight import Interrupted, MapQueue
 from .job import ChunkResult, Job
+from .steps import RunSteps
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +96,13 @@ def _one_line(exc: BaseException) -> str:
 
 class Execution:
     """One run of one job: its map calls and its reduce.  The runner builds one per run and keeps
-    every piece of state (jobs, activities, the stop flag); this holds only the runner it serves."""
+    every piece of state (jobs, activities, the stop flag); this holds only the run's steps
+    (``steps.RunSteps``), the part of the runner a run may use."""
 
-    def __init__(self, runner):
-        self.runner = runner
-        self.svc = runner.svc
-        self.machine = runner.machine
+    def __init__(self, steps: RunSteps):
+        self.steps = steps
+        self.svc = steps.svc
+        self.machine = steps.machine
         self._costs = threading.Lock()      # the job's cost figures, added to by every map call
 
     def map_all(self, job: Job, doc: chunking.Document) -> bool:
@@ -109,7 +112,7 @@ class Execution:
         (``inflight.MapQueue``); after each the rest may be re-planned from the file's measured
         bytes per token (``plan.replan``).
         """
-        activity = self.runner._activity_of(job)
+        activity = self.steps.activity_of(job)
         if activity is None:
             return True             # the job no longer holds its session: it was stopped
         return MapQueue(self, job, doc, activity, self.svc.config.ollama.parallel).run()
@@ -118,11 +121,11 @@ class Execution:
         """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a
         shutdown came (they stop the job's activity, which cancels the part), which ends the wait
         at once."""
-        if self.runner._stopped(job):
+        if self.steps.stopped(job):
             return True
-        return part.wait_stopped(seconds) or self.runner._stopped(job)
+        return part.wait_stopped(seconds) or self.steps.stopped(job)
 
-    def _read_chunk(self, job: Job, chunk: chunking.Chunk, doc: chunking.Document, part: Part,
+    def read_chunk(self, job: Job, chunk: chunking.Chunk, doc: chunking.Document, part: Part,
                     depth: int = 0) -> ChunkResult | Interrupted | None:
         """Run the instruction on one chunk (a pool thread of ``MapQueue``): its result, the job's
         interruption, or None when it was stopped.
@@ -145,7 +148,7 @@ class Execution:
                      pages=list(pages) if pages else None, section=section)
         result, pauses, others = None, 0, 0
         while True:
-            if self.runner._stopped(job) or part.cancelled:
+            if self.steps.stopped(job) or part.cancelled:
                 return None
             started = time.monotonic()
             try:
@@ -155,11 +158,11 @@ class Execution:
                                    heading=heading, relevant=answer.relevant, points=answer.points,
                                    confidence=answer.confidence, answer=answer.answer, **where)
             except ContextExceeded as exc:
-                if self.runner._stopped(job) or part.cancelled:
+                if self.steps.stopped(job) or part.cancelled:
                     return None
                 return self._read_halves(job, chunk, doc, part, depth, exc, heading, where)
             except HarveyError as exc:
-                if self.runner._stopped(job) or part.cancelled:
+                if self.steps.stopped(job) or part.cancelled:
                     return None
                 result = ChunkResult(chunk.index, "error", error=_one_line(exc), heading=heading)
                 if answered(exc) and others < RETRIES and RETRY_PAUSES_S:
@@ -199,7 +202,7 @@ class Execution:
                  job.total, job.file, depth + 1)
         parts = []
         for half in halves:
-            outcome = self._read_chunk(job, half, doc, part, depth + 1)
+            outcome = self.read_chunk(job, half, doc, part, depth + 1)
             if not isinstance(outcome, ChunkResult) or outcome.status != "ok":
                 return outcome if outcome is None or isinstance(outcome, Interrupted) else dataclasses.replace(
                     outcome, index=chunk.index, heading=heading)
@@ -266,14 +269,14 @@ class Execution:
         return self._call(job, messages, num_predict if job.list_of else budget.num_predict,
                           kind=job.text_kind or None, chunk=True, holder=part)
 
-    def _interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
+    def interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """The model server is away: pause the job with what it has; Retry continues it."""
         where = f" during the {during}" if during else ""
         server = self.svc.models.name
-        self.runner.transition(job, "interrupted", message=(
+        self.steps.transition(job, "interrupted", message=(
             f"{server} could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks "
             f"are finished and kept. Retry when {server} is back."))
-        self.runner._emit_state(job)
+        self.steps.emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
               chunk: bool = False, format: dict | None = None, holder: Part | None = None,
@@ -286,7 +289,7 @@ class Execution:
         to the job; a map call (``chunk``) also measures the file's own bytes per token,
         which a re-plan sizes the rest with.
         """
-        activity = holder or self.runner._activity_of(job)
+        activity = holder or self.steps.activity_of(job)
         if activity is None:
             raise Cancelled("The analysis no longer holds its session.")
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
@@ -294,22 +297,12 @@ class Execution:
                           kind=kind, format=format)
         text, usage = self.svc.calls.text(activity, request)
         if usage is not None:
+            measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             with self._costs:       # (map calls end in several threads at once)
-                self._add_cost(job, messages, usage, chunk)
+                job.add_cost(usage, measured)
         if cuts is not None:        # the caller says when its reply ended at its cap
             cuts.append(request.num_predict if usage is not None and usage.cut_off else 0)
         return text
-
-    @staticmethod
-    def _add_cost(job: Job, messages: list[dict], usage, chunk: bool) -> None:
-        """What a call cost, added to the job; a map call also measures the file's bytes per token."""
-        job.model_calls += 1
-        job.prompt_tokens += usage.prompt_tokens or 0
-        job.generated_tokens += usage.generated_tokens or 0
-        job.model_seconds += usage.seconds or 0.0
-        measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
-        if measured:
-            job.measured_bpt = min(job.measured_bpt or measured, measured)
 
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
@@ -323,11 +316,11 @@ class Execution:
         answered = [(i, r) for i, r in sorted(job.results.items()) if r.status == "ok" and i < job.total]
         if not answered:
             first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
-            return self.runner._fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
+            return self.steps.fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
                                    f"{first}", synthesis="error: no chunk produced an answer")
         unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
-        self.runner.transition(job, "synthesizing", expect="running", unread=unread)
-        self.runner._progress(job)
+        self.steps.transition(job, "synthesizing", expect="running", unread=unread)
+        self.steps.progress(job)
         relevant = [(i, r) for i, r in answered if r.relevant]
         missing = [i + 1 for i in range(job.file_chunks)
                    if job.results.get(i) is None or job.results[i].status != "ok"]
@@ -341,8 +334,8 @@ class Execution:
                 return
         stated = answers.stated_count(answer, job.list_of) if job.list_of and relevant else None
         answer += record.coverage_note(job)
-        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), stated=stated)
-        self.runner._finish(job, answer, "ok")
+        self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), stated=stated)
+        self.steps.finish(job, answer, "ok")
 
     def _computed(self, job: Job, doc: chunking.Document, answered, relevant) -> dict:
         """What the app computes from the partial answers before the synthesis (issue 32), saved on the
@@ -382,16 +375,16 @@ class Execution:
             lambda messages, reply: self._call(job, messages, reply, cuts=cuts), effective=effective,
             safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
-            progress=lambda stage: self.runner._progress(job, stage=stage))
+            progress=lambda stage: self.steps.progress(job, stage=stage))
         try:
             answer = combiner.combine(task or job.task, parts, note)
         except HarveyError as exc:
-            if self.runner._stopped(job):
-                self.runner._after_stop(job)
+            if self.steps.stopped(job):
+                self.steps.after_stop(job)
             elif exc.transient:
-                self._interrupt(job, exc, during="synthesis")
+                self.interrupt(job, exc, during="synthesis")
             else:
-                self.runner._fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
+                self.steps.fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
             return None
         answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
         if removed:

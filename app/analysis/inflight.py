@@ -44,7 +44,7 @@ class MapQueue:
     """One run's map calls: which chunks wait, which are in flight, which results wait for earlier ones."""
 
     def __init__(self, execution, job: Job, doc: chunking.Document, activity: Activity, parallel: int):
-        self.ex, self.runner, self.job, self.doc = execution, execution.runner, job, doc
+        self.ex, self.steps, self.job, self.doc = execution, execution.steps, job, doc
         self.activity, self.parallel = activity, max(1, parallel)
         self.chunks = plan.job_chunks(execution.svc, job, doc)
         self.todo = [c for c in self.chunks if not self._answered(c.index)]
@@ -73,8 +73,8 @@ class MapQueue:
                 self._keep_landed()
                 raise
         self._commit(everything=True)
-        if self.interrupted is not None and not self.runner._stopped(self.job):
-            self.ex._interrupt(self.job, self.interrupted)
+        if self.interrupted is not None and not self.steps.stopped(self.job):
+            self.ex.interrupt(self.job, self.interrupted)
             return False
         return True
 
@@ -87,7 +87,7 @@ class MapQueue:
             log.exception("analysis %s: the answers that arrived could not be recorded", self.job.id)
 
     def _stopping(self) -> bool:
-        return self.interrupted is not None or self.runner._stopped(self.job)
+        return self.interrupted is not None or self.steps.stopped(self.job)
 
     def _fill(self, pool: ThreadPoolExecutor) -> None:
         """Start calls for the next chunks while fewer than ``parallel`` are in flight; say which run."""
@@ -98,12 +98,12 @@ class MapQueue:
             self.running[pool.submit(self._read, chunk, part)] = (chunk, part)
             started = True
         if started:
-            self.runner._progress(self.job, running=self.in_flight())
+            self.steps.progress(self.job, running=self.in_flight())
 
     def _read(self, chunk: chunking.Chunk, part: Part):
         """A pool thread: one chunk's map call (retries, a re-split) while the part is attached."""
         with part:
-            return self.ex._read_chunk(self.job, chunk, self.doc, part)
+            return self.ex.read_chunk(self.job, chunk, self.doc, part)
 
     def in_flight(self) -> list[int]:
         """The 0-based chunks whose calls are running now."""
@@ -133,18 +133,18 @@ class MapQueue:
             outcome = self.landed.pop(index)
             if not isinstance(outcome, ChunkResult):
                 continue                  # stopped, or interrupted: no result for this chunk
-            if self.runner._stopped(self.job) and outcome.status != "ok":
+            if self.steps.stopped(self.job) and outcome.status != "ok":
                 continue
-            self.ex.machine.add_result(self.job, outcome)
-            self.runner.log_for(self.job).append("partial", str(index))
-            self.runner._progress(self.job, running=self.in_flight())
+            self.steps.machine.add_result(self.job, outcome)
+            self.steps.partial(self.job, index)
+            self.steps.progress(self.job, running=self.in_flight())
             if not everything and not self._stopping():
                 self._replan()
 
     def _replan(self) -> None:
         """After a committed chunk: re-size the chunks not started yet if the file measures denser
         or lighter than planned (the ones started, in flight or ended, keep their layout)."""
-        job, svc = self.job, self.ex.svc
+        job, svc = self.job, self.steps.svc
         started = self.todo[0].index if self.todo else len(self.chunks)
         changes = plan.replan(svc, job, self.doc, self.chunks[:started])
         if changes is None:
@@ -153,12 +153,12 @@ class MapQueue:
                  "(%d chunks in all, were %d)", job.id, job.file, job.measured_bpt, job.bytes_per_token,
                  changes["chunks"], job.chunks)
         try:
-            self.ex.machine.update(job, expect="running", **changes)
+            self.steps.machine.update(job, expect="running", **changes)
         except InvalidTransition:       # stopped meanwhile: the loop sees it; what landed is kept
             return
         self.chunks = plan.job_chunks(svc, job, self.doc)
         self.todo = [c for c in self.chunks[started:] if not self._answered(c.index)]
-        self.runner._progress(job)
+        self.steps.progress(job)
 
     def _cancel_all(self) -> None:
         """The job is about to pause: every other call in flight ends now."""

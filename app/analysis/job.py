@@ -291,6 +291,19 @@ class Job:
         per = self.chunk_seconds()
         return per * (self.total - self.processed) if per else None
 
+    def add_cost(self, usage, measured_bpt: float | None = None) -> None:
+        """What one model call cost (``usage``: the server's own counts and time), added to the run's
+        figures: the one place they grow, whichever way the job answers (map and reduce calls, or the
+        passages answer).  ``measured_bpt``: the file's bytes per token a map call measured (the
+        smallest figure seen is kept; a re-plan sizes the rest with it).  Not locked: a run with
+        several calls in flight adds under its own lock."""
+        self.model_calls += 1
+        self.prompt_tokens += usage.prompt_tokens or 0
+        self.generated_tokens += usage.generated_tokens or 0
+        self.model_seconds += usage.seconds or 0.0
+        if measured_bpt:
+            self.measured_bpt = min(self.measured_bpt or measured_bpt, measured_bpt)
+
     def public(self) -> dict:
         data = dataclasses.asdict(self)
         data.pop("results")

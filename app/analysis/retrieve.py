@@ -13,6 +13,7 @@ terminal Harvey's ``[[rag: N chunks from FILE, top score S]]`` note.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -30,6 +31,7 @@ from ..work.calls import Request
 from . import answers, mapreduce
 from .execute import _one_line, cut_note
 from .job import Job
+from .steps import RunSteps
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +65,12 @@ def user_message(file: str, question: str, passages: list[Passage], words: int |
 
 
 class Retrieval:
-    """One retrieval answer for a running job (the analysis lane runs it, the runner owns the job)."""
+    """One retrieval answer for a running job (the analysis lane runs it, the runner owns the job and
+    lends this only the run's steps, ``steps.RunSteps``)."""
 
-    def __init__(self, runner):
-        self.runner = runner
-        self.svc = runner.svc
+    def __init__(self, steps: RunSteps):
+        self.steps = steps
+        self.svc = steps.svc
 
     def run(self, job: Job, doc: chunking.Document) -> None:
         """Index (or find the index), search, fit, ask once, record."""
@@ -87,26 +90,26 @@ class Retrieval:
             except StaleVectors as exc:
                 self.svc.indexer.stale(rdoc.fingerprint, exc.model)
                 if attempt:
-                    return self.runner._fail(job, f"The passages of {job.file} could not be searched: {exc}")
+                    return self.steps.fail(job, f"The passages of {job.file} could not be searched: {exc}")
                 log.warning("retrieval %s: %s; embedding the file again", job.id, exc)
-                self.runner._progress(job, stage="the embedding model changed: indexing again")
+                self.steps.progress(job, stage="the embedding model changed: indexing again")
             except BrokenIndex as exc:
                 self.svc.indexer.broken(rdoc.fingerprint, exc)
                 if attempt:
-                    return self.runner._fail(job, f"The index of {job.file} is damaged and could not be made "
+                    return self.steps.fail(job, f"The index of {job.file} is damaged and could not be made "
                                                   f"anew: {_one_line(exc)}")
                 log.warning("retrieval %s: %s; indexing again", job.id, exc)
-                self.runner._progress(job, stage="the index was damaged: indexing again")
+                self.steps.progress(job, stage="the index was damaged: indexing again")
             except HarveyError as exc:         # a search past its time limit
-                return self.runner._fail(job, f"The passages of {job.file} could not be searched: {_one_line(exc)}")
-        if self.runner._stopped(job):          # a Stop while the question was embedded
-            return self.runner._after_stop(job)
+                return self.steps.fail(job, f"The passages of {job.file} could not be searched: {_one_line(exc)}")
+        if self.steps.stopped(job):          # a Stop while the question was embedded
+            return self.steps.after_stop(job)
         if not chosen:
             answer = (f"No passage of {job.file} matched the question, so nothing was sent to the model. Try "
                       "other words, or read all the chunks.")
             return self._done(job, answer, [], {}, how, total, held=False, text_chars=len(doc.text))
-        self.runner.transition(job, "synthesizing", expect="running")
-        self.runner._progress(job, stage=f"answering from {len(chosen)} passages")
+        self.steps.transition(job, "synthesizing", expect="running")
+        self.steps.progress(job, stage=f"answering from {len(chosen)} passages")
         asked = self._ask(job, chosen, {h.n: rank for rank, h in enumerate(hits)}, budget)
         if asked is None:
             return
@@ -130,8 +133,8 @@ class Retrieval:
             if progress.state != "cancelled":
                 break
             log.info("retrieval %s: another job's cancel ended the index build; asking again", job.id)
-        if self.runner._stopped(job):
-            self.runner._after_stop(job)
+        if self.steps.stopped(job):
+            self.steps.after_stop(job)
             return None
         if not progress.complete:
             target = path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))
@@ -142,44 +145,46 @@ class Retrieval:
                 self.svc.indexer.broken(rdoc.fingerprint, exc)
                 usable = False
             if not usable:
-                self.runner.transition(job, "interrupted", message=(
+                self.steps.transition(job, "interrupted", message=(
                     f"{job.file} could not be indexed: {progress.note or progress.state}. Retry when the model "
                     "server is back."))
-                self.runner._emit_state(job)
+                self.steps.emit_state(job)
                 return None
             log.info("retrieval %s: index incomplete (%s); keyword search", job.id, progress.note)
         return progress
 
     def _wait_index(self, job: Job, rdoc: chunking.Document):
         """Ask for the index and sleep until it is done or the job is stopped: one Event, set by the
-        build at each batch and at its end, and by the job's Stop (a stand-in attached to the job's
-        activity), so nothing polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress,
-        or None when the job was stopped (its build is cancelled after the batch in flight)."""
+        build at each batch and at its end, and by the job's Stop (``Activity.waking``), so nothing
+        polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress, or None when the job
+        was stopped (its build is cancelled after the batch in flight)."""
         indexer, woken = self.svc.indexer, threading.Event()
         progress = indexer.request(rdoc)
-        activity, wake = self.runner._activity_of(job), _Wake(woken)
+        activity = self.steps.activity_of(job)
         progress.listen(woken)
-        if activity is not None:
-            activity.attach(wake)
-        try:
-            shown = -1
-            while not progress.complete and not progress.finished.is_set():
-                if self.runner._stopped(job):
-                    indexer.cancel(rdoc.fingerprint)
-                    self.runner._after_stop(job)
-                    return None
-                if progress.embedded != shown:          # an event per batch
-                    shown = progress.embedded
-                    self.runner._progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
-                if not woken.wait(INDEX_IDLE_S):
-                    log.warning("retrieval %s: the index build said nothing for %.0f s; going on without it",
-                                job.id, INDEX_IDLE_S)
-                    break
-                woken.clear()
-        finally:
-            progress.unlisten(woken)
-            if activity is not None:
-                activity.detach(wake)
+        with activity.waking(woken) if activity is not None else contextlib.nullcontext():
+            try:
+                return self._sleep_on_index(job, rdoc, progress, woken)
+            finally:
+                progress.unlisten(woken)
+
+    def _sleep_on_index(self, job: Job, rdoc: chunking.Document, progress, woken: threading.Event):
+        """``_wait_index``'s loop: one progress event per batch, until the build ends, goes silent or
+        the job is stopped."""
+        indexer, shown = self.svc.indexer, -1
+        while not progress.complete and not progress.finished.is_set():
+            if self.steps.stopped(job):
+                indexer.cancel(rdoc.fingerprint)
+                self.steps.after_stop(job)
+                return None
+            if progress.embedded != shown:          # an event per batch
+                shown = progress.embedded
+                self.steps.progress(job, stage=f"indexing: {shown} of {progress.total or '?'} passages embedded")
+            if not woken.wait(INDEX_IDLE_S):
+                log.warning("retrieval %s: the index build said nothing for %.0f s; going on without it",
+                            job.id, INDEX_IDLE_S)
+                break
+            woken.clear()
         return progress
 
     # -- search and fit -----------------------------------------------------------------------
@@ -188,7 +193,7 @@ class Retrieval:
         """The hits for the question, and how they were found (said in the answer's notice)."""
         limit = self.svc.config.retrieval.passages * CANDIDATES_PER_PASSAGE
         vector = None
-        activity = self.runner._activity_of(job)
+        activity = self.steps.activity_of(job)
         if model and activity is not None:
             try:        # through the call helper: a Stop cuts it, however long the embedding model loads
                 vector = embedding.pack(self.svc.calls.embed(activity, model, [embedding.query_text(model, job.task)])[0])
@@ -249,7 +254,7 @@ class Retrieval:
         text), the passages it was given and the notes the app adds under it, or None when it did not end.  A request the server refuses as too long (its count is
         higher than the estimate) is sent again without its lowest-ranked passages, at most
         ``REFUSED_RETRIES`` times; an answer cut at its cap says so."""
-        activity = self.runner._activity_of(job)
+        activity = self.steps.activity_of(job)
         reply = budget.components["reply"] + max(0, budget.remaining)
         dropped = 0
         try:
@@ -267,27 +272,24 @@ class Retrieval:
                     break
                 except ContextExceeded as exc:
                     fewer = _without_lowest(passages, ranks)
-                    if attempt == REFUSED_RETRIES or not fewer or self.runner._stopped(job):
+                    if attempt == REFUSED_RETRIES or not fewer or self.steps.stopped(job):
                         raise
                     dropped += len(passages) - len(fewer)
                     log.warning("retrieval %s: the server refused %d passages as too long (%s); sending %d",
                                 job.id, len(passages), _one_line(exc), len(fewer))
                     passages = fewer
         except HarveyError as exc:
-            if self.runner._stopped(job):
-                self.runner._after_stop(job)
+            if self.steps.stopped(job):
+                self.steps.after_stop(job)
             elif exc.transient:
-                self.runner.transition(job, "interrupted", message=(
+                self.steps.transition(job, "interrupted", message=(
                     f"The model server could not be reached: {_one_line(exc)} Retry when it is back."))
-                self.runner._emit_state(job)
+                self.steps.emit_state(job)
             else:
-                self.runner._fail(job, f"The answer failed: {_one_line(exc)}")
+                self.steps.fail(job, f"The answer failed: {_one_line(exc)}")
             return None
         if usage is not None:
-            job.model_calls += 1
-            job.prompt_tokens += usage.prompt_tokens or 0
-            job.generated_tokens += usage.generated_tokens or 0
-            job.model_seconds += usage.seconds or 0.0
+            job.add_cost(usage)
         said = ""                       # what the app says under the answer (never parsed as the reply)
         if dropped:
             said += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
@@ -305,7 +307,7 @@ class Retrieval:
             if request.format is None:
                 raise
             log.info("retrieval %s: the server refused the JSON schema (%s); free text", job.id, _one_line(exc))
-            self.runner.machine.update(job, expect="synthesizing", format_refused=True)
+            self.steps.machine.update(job, expect="synthesizing", format_refused=True)
             return self.svc.calls.text(activity, dataclasses.replace(request, format=None))
 
     def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
@@ -314,11 +316,11 @@ class Retrieval:
                 "pages": list(p.pages) if p.pages else None, "section": " › ".join(p.heading_path),
                 "score": round(scores.get(p.n, 0.0), 4)} for p in passages]
         if job.state == "running":
-            self.runner.transition(job, "synthesizing", expect="running")
-        self.runner.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
+            self.steps.transition(job, "synthesizing", expect="running")
+        self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), rag=rag,
                                rag_search=how, rag_chunks=total, rag_answerable=held,
                                coverage=answers.passages_coverage(rag, text_chars))
-        self.runner._finish(job, answer, "ok")
+        self.steps.finish(job, answer, "ok")
 
 
 class StaleVectors(HarveyError):
@@ -327,17 +329,6 @@ class StaleVectors(HarveyError):
     def __init__(self, model: str, message: str):
         super().__init__(message)
         self.model = model
-
-
-class _Wake:
-    """Stands among the job's calls while it waits for its index: a Stop "cancels" it, which wakes
-    the waiter (``Activity.attach`` cancels it at once if the Stop came first)."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def cancel(self) -> None:
-        self.event.set()
 
 
 def _without_lowest(passages: list[Passage], ranks: dict[int, int]) -> list[Passage]:

@@ -58,6 +58,7 @@ from ..sessions.store import SessionNotFound, TurnMoved
 from . import answers, plan, record
 from .execute import Execution, _one_line
 from .retrieve import Retrieval
+from .steps import RunSteps
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
                   StateMachine, disk_trouble, without_directive)
 from .store import JobStore
@@ -89,6 +90,12 @@ class JobRunner:
         # its session while its card waits for the instruction and while it runs.
         self._activities: dict[str, Activity] = {}
         self.lane = svc.worker.lane("analysis", self._serve)
+        # What a run's steps (the map queue, the calls, the passages answer) may ask of the runner,
+        # and nothing else of it (issue 34).
+        self.steps = RunSteps(svc, self.machine, transition=self.transition, stopped=self._stopped,
+                              progress=self._progress, partial=self._partial, emit_state=self._emit_state,
+                              after_stop=self._after_stop, fail=self._fail, finish=self._finish,
+                              activity_of=self._activity_of)
         self._stopping = False
         for job in self.store.load_all():
             self.jobs[job.id] = job
@@ -505,8 +512,8 @@ class JobRunner:
         if job.source != (source := plan.source_of(doc)):     # a job.json from before issue #15
             self.machine.update(job, expect="running", source=source)
         if job.way == "retrieve":
-            return Retrieval(self).run(job, doc)
-        run = Execution(self)
+            return Retrieval(self.steps).run(job, doc)
+        run = Execution(self.steps)
         if job.synthesis != "pending" and not run.map_all(job, doc):
             return                  # interrupted: Ollama is away
         if self._stopped(job):
@@ -607,6 +614,10 @@ class JobRunner:
         says "reading chunks 4, 5 of 20"), or a stage of the synthesis."""
         data = {k: v for k, v in (("running", running), ("stage", stage)) if v not in (None, "", [])}
         self.log_for(job).append("progress", json.dumps(data) if data else "")
+
+    def _partial(self, job: Job, index: int) -> None:
+        """Chunk ``index``'s partial answer is recorded (the card's list of answers grows)."""
+        self.log_for(job).append("partial", str(index))
 
     def _emit_state(self, job: Job) -> None:
         """Tell followers the card changed state (their stream renders the new card, then ends)."""

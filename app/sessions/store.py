@@ -73,6 +73,18 @@ class Session:
             self._turns = fountain.turns(self.play)
         return self._turns
 
+    @property
+    def parsed_turns(self) -> list[fountain.Turn] | None:
+        """The turns if they were parsed already, else None: the store reuses them to parse only a
+        changed last turn, and never pays a whole parse just to find out."""
+        return self._turns
+
+    def with_turns(self, turns: list[fountain.Turn] | None) -> "Session":
+        """This snapshot, told its turns (the store worked them out from the change it wrote, so
+        they are not parsed again; None: parse when asked).  Only for a snapshot the store just made."""
+        self._turns = turns
+        return self
+
 
 class SessionStore:
     """Reads and writes the session files in one folder."""
@@ -235,8 +247,8 @@ class SessionStore:
                 raise TurnMoved(f"Turn {index + 1} is no longer the last turn of this session. Reload the page.")
             first, last = self._span(session, index, expect)
             if notes.is_retry(session.turns[index].notes) and index > 0:
-                kept = Session(name, fountain.Screenplay(session.play.title_page, session.play.scenes[:first]))
-                kept._turns = session.turns[:index]
+                kept = Session(name, fountain.Screenplay(session.play.title_page, session.play.scenes[:first])
+                               ).with_turns(session.turns[:index])
                 start, before = self._set_superseded(kept, False)
                 return self._splice(session, start, last + 1, before, None)
             return self._splice(session, first, last + 1, [], None)
@@ -277,7 +289,7 @@ class SessionStore:
         new_texts = [*texts[:start], *(fountain.dump_scene(s) for s in new), *texts[stop:]]
         snapshot = self._write(session.name, play, new_texts)
         if turn_index is not None and stop == len(scenes):
-            snapshot._turns = _turns_with_last(session, turn_index, start, new)
+            snapshot.with_turns(_turns_with_last(session, turn_index, start, new))
         return snapshot
 
     def rename(self, name: str, title: str) -> Session:
@@ -383,10 +395,10 @@ def _turns_with_last(old: Session, index: int, start: int, new: list[fountain.Sc
     line, the turn before carries notes that the reader would hand to the next turn, or
     scenes that belong to no turn stand between them.
     """
-    if old._turns is None:
+    if old.parsed_turns is None:
         return None
     part = fountain.turns(fountain.Screenplay(scenes=new))
-    before = old._turns[:index]
+    before = old.parsed_turns[:index]
     if len(part) != 1 or part[0].user_text is None or part[0].shared:
         return None
     if before and any(n.startswith("model switch:") for n in before[-1].notes):

@@ -24,7 +24,8 @@ import itertools
 import secrets
 import threading
 import time
-from typing import Protocol
+from contextlib import contextmanager
+from typing import Iterator, Protocol
 
 from ..errors import Busy
 from ..events import EventLog
@@ -56,9 +57,10 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-class Calls:
-    """The calls in flight of an activity or of one of its parts, and whether it was stopped: a stop
-    cancels every call attached, and a call attached after the stop is cancelled at once."""
+class OpenCalls:
+    """The model calls open right now in an activity or in one of its parts, and whether it was
+    stopped: a stop cancels every call attached, and a call attached after the stop is cancelled at
+    once.  (Not ``work.calls.ModelCalls``, which makes the calls: this only holds the open ones.)"""
 
     def __init__(self):
         self.stopped = threading.Event()
@@ -107,7 +109,9 @@ class Activity:
         # session, but a new message answers it and a delete may discard it.
         self.waiting = False
         self._ended = threading.Event()
-        self._calls = Calls()                   # every call in flight (one, or an analysis's map calls)
+        self._calls = OpenCalls()               # every call in flight (one, or an analysis's map calls)
+        self._wakes: set[threading.Event] = set()   # set by a stop (``waking``)
+        self._lock = threading.Lock()
 
     # -- stopping ------------------------------------------------------------------------
 
@@ -117,9 +121,29 @@ class Activity:
         return self._calls.stopped.is_set()
 
     def stop(self) -> None:
-        """End the work now: every call in flight is cancelled, whatever stage it is at."""
+        """End the work now: every call in flight is cancelled, whatever stage it is at, and every
+        thread waiting in ``waking`` is woken."""
         self._calls.cancel_all()
+        with self._lock:
+            wakes = list(self._wakes)
+        for event in wakes:
+            event.set()
         self.events.wake()
+
+    @contextmanager
+    def waking(self, event: threading.Event) -> Iterator[threading.Event]:
+        """Within the block, a stop sets ``event`` (at once if the stop came first): a thread that
+        sleeps on an event for its own reasons too (a job waiting for its file's index, woken by each
+        batch the build embeds) also wakes for a Stop, without polling and without a model call."""
+        with self._lock:
+            self._wakes.add(event)
+        if self.stopped:            # (the stop came first; a stop after the add sets it itself)
+            event.set()
+        try:
+            yield event
+        finally:
+            with self._lock:
+                self._wakes.discard(event)
 
     def wait_stopped(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s (a pause before a retry); True as soon as a stop comes, so a Stop
@@ -154,6 +178,12 @@ class Activity:
     def wait_ended(self, timeout: float | None = None) -> bool:
         return self._ended.wait(timeout)
 
+    def mark_ended(self) -> None:
+        """The registry gave the session back (``Activities.end``): ``wait_ended`` returns and the
+        followers of the activity's events see their log close."""
+        self._ended.set()
+        self.events.close()
+
 
 class Part:
     """One of several pieces of an activity's work in flight at once (a map call with its retries
@@ -164,7 +194,7 @@ class Part:
 
     def __init__(self, activity: Activity):
         self.activity = activity
-        self._calls = Calls()
+        self._calls = OpenCalls()
 
     def __enter__(self) -> "Part":
         self.activity.attach(self)
@@ -241,8 +271,7 @@ class Activities:
             activity.ended_at = time.monotonic()
             self._ended[activity.session] = activity
             self._prune()
-        activity._ended.set()
-        activity.events.close()
+        activity.mark_ended()
 
     def holder(self, session: str) -> Activity | None:
         """The activity holding ``session`` now, if any."""
