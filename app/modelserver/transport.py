@@ -8,6 +8,11 @@ network backend that keeps the call's socket, so ``cancel()`` from another threa
 while the reading thread waits for the response headers (a Pi loading a model: minutes), or for
 the next line. The plain requests (model lists, facts, embeddings, versions) share one pooled
 client. The dialects (endpoints, field names, error texts) stay in ``ollama`` and ``openai``.
+
+Transport exceptions become ours in one place, ``map_transport_errors`` (as httpx's own
+``map_exceptions`` turns httpcore's into httpx's): a request, the send of a call, the read of an
+embedding and of a reply's lines each name their ``Stage`` (what the user is told), never a ladder
+of their own.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from .base import ChatStream, Embedding, ModelServer
 from .errors import BadReply, ConnectionDropped, ServerError, Timeout, TransportFailed, Unreachable
 
 # Transport failures, as httpx (the pooled client) and httpcore (a chat's own connection, whose
-# transport is ours and maps nothing) raise them; read only by ``transport_error``.
+# transport is ours and maps nothing) raise them; mapped by ``transport_error`` (and ignored while
+# reading a non-200 answer's body: its status says enough).
 CONNECT_FAILED = (httpx.ConnectError, httpcore.ConnectError)
 TIMED_OUT = (httpx.TimeoutException, httpcore.TimeoutException)
 TRANSPORT_FAILED = (httpx.TransportError, httpcore.NetworkError, httpcore.ProtocolError,
@@ -140,7 +146,6 @@ class HttpServer(ModelServer):
                 response.close()
             self._raise_for(response, model=body.get("model"))
         return response
-
 
     def _embedding(self, path: str, body: dict, parse) -> Embedding:
         """An embedding request on a connection of its own, which ``cancel()`` cuts (as a chat's)."""
