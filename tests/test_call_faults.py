@@ -107,7 +107,7 @@ def test_1_continue_is_offered_only_where_the_window_allows(tmp_path, scripted, 
     (Reply(text="word " * 40), "cut", None),                                      # at num_predict
     (Reply(text="0123456789" * 3, fault="midstream_error"), "failed", errors.ModelFailed),   # its own error
     (Reply(text="0123456789" * 3, fault="http_500"), "failed", errors.ServerError),
-    (Reply(text="0123456789" * 3, fault="drop"), "lost", errors.StreamBroken),    # the server lost
+    (Reply(text="0123456789" * 3, fault="drop"), "lost", errors.ConnectionDropped),   # the server lost
 ])
 def test_1_the_end_of_a_call_decides_its_outcome(scripted, reply, outcome, error):
     from app.budget import Calibration

@@ -109,6 +109,46 @@ def test_cancel_mid_index_keeps_what_was_done_and_a_restart_embeds_only_the_rest
     assert not set(sent_after) & set(sent_before)
 
 
+def held_second_batch(tmp_path, embedder):
+    """An index build whose first batch (4 passages) is stored and whose second is held by the server."""
+    indexer = new_indexer(tmp_path, embedder, embed_batch=4)
+    doc = indexer.document(write(tmp_path, haystack(20)))
+    passed: list[bool] = []
+    embedder.hold_embed = lambda texts: bool(passed) or passed.append(True)   # the first batch goes, the next waits
+    progress = indexer.request(doc)
+    wait_until(lambda: len(embedder.embeds()) == 2, 60, "the second batch sent (and held)")
+    wait_until(lambda: progress.activity is not None and progress.activity.in_flight == 1, 30,
+               "the held batch seen by the build's activity")
+    return indexer, doc, progress, embedder.embeds()[1]
+
+
+def test_an_embedding_batch_is_a_call_of_the_builds_activity_that_a_cancel_lets_finish(tmp_path, embedder):
+    """Issue 34: each batch goes through ModelCalls as a call of the build's activity; a job's cancel
+    keeps the batch in flight (its vectors stored, never embedded twice) and stops after it."""
+    indexer, doc, progress, held = held_second_batch(tmp_path, embedder)
+    assert indexer.cancel(doc.fingerprint)
+    assert not progress.activity.stopped and not held.disconnected
+    embedder.embed_release.set()
+    assert indexer.wait(doc.fingerprint, 60) is progress and progress.finished.is_set()
+    assert progress.state == "cancelled" and progress.embedded == 8 and "cancelled after 8 of" in progress.note
+    assert len(embedder.embeds()) == 2 and not held.disconnected and progress.activity is None
+
+
+def test_close_cuts_the_embedding_batch_in_flight_and_keeps_the_ones_stored(tmp_path, embedder):
+    """The app shutting down does not wait for an embedding model that takes minutes on a Pi: the
+    batch in flight is cut (it is not stored), the finished ones stay, and a restart resumes."""
+    indexer, doc, progress, held = held_second_batch(tmp_path, embedder)
+    activity = progress.activity
+    indexer.close()
+    wait_until(lambda: held.disconnected, 30, "the held batch cut by the shutdown")
+    assert indexer.wait(doc.fingerprint, 60) is progress and progress.finished.is_set()
+    assert progress.state == "cancelled" and progress.embedded == 4 and "cancelled after 4 of" in progress.note
+    assert activity.stopped and activity.in_flight == 0
+    assert not embedder.embed_release.is_set() and len(embedder.embeds()) == 2
+    with ix.Index(ix.path_for(tmp_path / "data", doc.fingerprint)) as index:
+        assert index.vector_count(EMBEDDER) == 4 and not index.complete(EMBEDDER)
+
+
 def test_without_an_embedding_model_the_index_is_keyword_only_and_says_so(tmp_path, scripted):
     indexer = new_indexer(tmp_path, scripted)
     doc, progress = index_and_wait(indexer, write(tmp_path, haystack(10)))

@@ -10,12 +10,13 @@ layout test (tests/test_layout.py) checks it.
 from __future__ import annotations
 
 from .base import ChatStream, ModelFacts, ModelServer, Usage
-from .errors import (Cancelled, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken,
-                     Timeout, Unreachable)
+from .errors import (BadReply, Cancelled, ConnectionDropped, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound,
+                     ServerAnswered, ServerError, StreamBroken, Timeout, TransportFailed, Unreachable)
 from ..errors import ModelError
 
-__all__ = ["ChatStream", "ModelFacts", "ModelServer", "Usage", "ModelError", "Cancelled", "ContextExceeded",
-           "FormatRefused", "ModelFailed", "ModelNotFound", "ServerError", "StreamBroken", "Timeout", "Unreachable", "connect"]
+__all__ = ["ChatStream", "ModelFacts", "ModelServer", "Usage", "ModelError", "BadReply", "Cancelled", "ConnectionDropped",
+           "ContextExceeded", "FormatRefused", "ModelFailed", "ModelNotFound", "ServerAnswered", "ServerError",
+           "StreamBroken", "Timeout", "TransportFailed", "Unreachable", "connect"]
 
 
 def connect(config, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> ModelServer:

@@ -220,7 +220,7 @@ class ModelServer(ABC):
         self._weights: dict[str, int | None] = {}
         self._measured: dict[str, dict[int, int]] = {}    # model -> {window: bytes beyond the estimate}
         self._loaded: set[str] = set()                     # models a reply finished on, not looked at since
-        self.token_counters = TokenCounters(self._build_counter, self._counter_key)
+        self.token_counters = TokenCounters(self._build_counter, self.digest)
 
     def __str__(self) -> str:
         """For messages: "Ollama at http://127.0.0.1:11434"."""
@@ -319,7 +319,7 @@ class ModelServer(ABC):
         """The largest window the server's machine holds for ``model``, with its figures; None where
         that is not known (no machine figures, a server that does not describe the layers).
 
-        After a reply has finished on the model (``_reply_done``), or when ``ask_loaded`` (``harvey
+        After a reply has finished on the model (``reply_done``), or when ``ask_loaded`` (``harvey
         check``), the first call asks the server once what the loaded model really takes (no polling)
         and keeps any excess over the estimate, which only ever shrinks the window. Errors of those
         two lookups are logged, not raised.
@@ -334,7 +334,7 @@ class ModelServer(ABC):
         if weights is None:
             return None
         if ask_loaded:
-            self._reply_done(model)
+            self.reply_done(model)
         self._look_at_loaded(model, shape, weights, machine)
         with self._cache_lock:
             measured = tuple((extra, at) for at, extra in sorted(self._measured.get(model, {}).items()))
@@ -360,7 +360,7 @@ class ModelServer(ABC):
             self._weights[model] = size
         return size
 
-    def _reply_done(self, model: str) -> None:
+    def reply_done(self, model: str) -> None:
         """A reply finished on ``model``: it is loaded, so the next ``memory_fit`` may check the estimate."""
         if self.machine is not None:
             with self._cache_lock:
@@ -419,11 +419,8 @@ class ModelServer(ABC):
         """Build the model's counter (slow: runs off the request path); raises ``Unbuildable``."""
         raise Unbuildable(f"{self.name} gives no tokenizer")
 
-    def _counter_key(self, model: str) -> str | None:
-        """What identifies the model's vocabulary on disk (Ollama: its digest); None: not kept."""
-        return None
-
     def digest(self, model: str) -> str | None:
         """The model's digest where the server says it (a model pulled again under the same name is
-        another model: its counter and its stored vectors are not the old one's); None: unknown."""
-        return self._counter_key(model)
+        another model: its counter on disk and its stored vectors are not the old one's); None:
+        unknown (its vocabulary is not kept on disk)."""
+        return None

@@ -2,18 +2,31 @@
 
 Every implementation of ``ModelServer`` raises these and nothing else, so the views, the
 reply thread and the analysis worker decide by type (and by ``kind``, the error card's key,
-and ``transient``, "trying again later can help") and never by a server's error text::
+and ``transient``, "trying again later can help") and never by a server's error text.
+
+Two sides, as httpx keeps ``TransportError`` apart from ``HTTPStatusError`` and ``DecodingError``:
+the transport failed (nothing, or nothing more, came over the wire: the server may be away), or
+the server answered (it is there, and its answer decides). ``transport.map_transport_errors`` is the
+one place where a transport exception becomes one of ours::
 
     ModelError (app.errors)
-    ├── Unreachable        nothing answers at the URL                         transient
-    ├── Timeout            connected, but no byte arrived in time             transient
-    ├── ModelNotFound      404 for the model; the message says how to install it
-    ├── ContextExceeded    the server refused the prompt as longer than the window
-    ├── FormatRefused      the server refused the JSON schema (``format``) of the request
-    ├── StreamBroken       the connection dropped mid-reply (the server is lost) transient
-    ├── ServerError        any other non-200 answer (``.http_status``)        transient for 429/502/503/504
-    │   └── ModelFailed    the server's own error inside a reply stream (its runner failed on this input)
-    └── Cancelled          the call was stopped by ``ChatStream.cancel()``
+    ├── TransportFailed        no answer came over the wire                     transient
+    │   ├── Unreachable        nothing answers at the URL                         transient
+    │   ├── Timeout            connected, but no byte arrived in time             transient
+    │   └── ConnectionDropped  the connection dropped mid-reply (StreamBroken)    transient
+    ├── ServerAnswered         the server is there and said no
+    │   ├── ModelNotFound      404 for the model; the message says how to install it
+    │   ├── ContextExceeded    the server refused the prompt as longer than the window
+    │   ├── FormatRefused      the server refused the JSON schema (``format``) of the request
+    │   ├── BadReply           a body that is not the reply's format, or ended before its end
+    │   │                      (StreamBroken)                                     transient
+    │   └── ServerError        any other non-200 answer (``.http_status``)        transient for 429/502/503/504
+    │       └── ModelFailed    the server's own error inside a reply stream (its runner failed on this input)
+    └── Cancelled              the call was stopped by ``ChatStream.cancel()``
+
+``StreamBroken`` ("the reply broke off", kind ``stream_error``) is the common base of the two ways a
+reply ends early, ``ConnectionDropped`` and ``BadReply``: a server that closes a close-delimited body
+looks like either, so a caller that only cares that the reply broke off catches ``StreamBroken``.
 """
 
 from __future__ import annotations
@@ -29,21 +42,32 @@ from ..errors import ModelError
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
-class Unreachable(ModelError):
+class TransportFailed(ModelError):
+    """The transport failed: no answer (or no more of it) came over the wire, so the server may be
+    away; worth waiting for and asking again."""
+
+    transient = True
+
+
+class ServerAnswered(ModelError):
+    """The server is there and answered: its answer (a refusal, an error, a malformed body) decides."""
+
+
+class Unreachable(TransportFailed):
     """Nothing answers at the configured URL (the server is not running, or the URL is wrong)."""
 
     kind = "unreachable"
     transient = True
 
 
-class Timeout(ModelError):
+class Timeout(TransportFailed):
     """The server accepted the request but did not answer in time."""
 
     kind = "timeout"
     transient = True
 
 
-class ModelNotFound(ModelError):
+class ModelNotFound(ServerAnswered):
     """The model is not installed on that server; the message says how to install it."""
 
     kind = "model_not_found"
@@ -55,26 +79,37 @@ class ModelNotFound(ModelError):
         super().__init__(f"The model '{model}' is not installed. Install it with: {hint}")
 
 
-class ContextExceeded(ModelError):
+class ContextExceeded(ServerAnswered):
     """The prompt is longer than the window sent with it; nothing was cut, nothing answered."""
 
     kind = "context_exceeded"
 
 
-class FormatRefused(ModelError):
+class FormatRefused(ServerAnswered):
     """The server cannot do structured output (an Ollama older than 0.5): ask for free text instead."""
 
     kind = "format_refused"
 
 
 class StreamBroken(ModelError):
-    """The reply broke off: the connection dropped mid-reply, or the body ended without the reply's end."""
+    """The reply broke off: the connection dropped mid-reply (``ConnectionDropped``), or the body was
+    not the reply's format or ended without the reply's end (``BadReply``). Raise one of those two."""
 
     kind = "stream_error"
     transient = True
 
 
-class ServerError(ModelError):
+class ConnectionDropped(StreamBroken, TransportFailed):
+    """The connection dropped (reset, cut, a broken chunked body) once the request was sent: the
+    server is lost, maybe restarting."""
+
+
+class BadReply(StreamBroken, ServerAnswered):
+    """The server answered 200, but the body is not what a reply is (a line that is not JSON) or
+    ended cleanly before the reply's end (no ``done``, no ``[DONE]`` nor finish reason)."""
+
+
+class ServerError(ServerAnswered):
     """Any other non-200 answer (transient for 429, 502, 503 and 504).
 
     The server's status is ``http_status``: ``status`` is what a view answers with (502, as for
@@ -92,7 +127,7 @@ class ServerError(ModelError):
 class ModelFailed(ServerError):
     """The server answered, inside the reply's stream, with its own error (Ollama's ``{"error": ...}``
     line, an OpenAI-compatible server's ``error`` event): the runner failed on this input. It is an
-    answer, not a lost server (``StreamBroken``): the connection was fine and the server is there."""
+    answer, not a lost server (``ConnectionDropped``): the connection was fine and the server is there."""
 
     kind = "model_failed"
 

@@ -22,7 +22,7 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
+from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, BadReply, Timeout,
                      Unreachable)
 from .memory import SWA_PATTERNS, KvShape, Measured
 from .transport import CallStream, HttpServer
@@ -70,8 +70,9 @@ class OllamaServer(HttpServer):
         self._digests = {(m.get("name") or m.get("model")): m.get("digest") or "" for m in listed}
         return [m.get("name") or m.get("model") for m in listed]
 
-    def _counter_key(self, model: str) -> str | None:
-        """The model's digest from ``/api/tags``: a model pulled again is a new vocabulary."""
+    def digest(self, model: str) -> str | None:
+        """The model's digest from ``/api/tags``: a model pulled again is a new vocabulary (and its
+        stored vectors are not the old one's)."""
         self.models()                                  # the list of a few seconds ago will do
         digests = getattr(self, "_digests", {})
         if model not in digests:
@@ -159,9 +160,9 @@ class OllamaChatStream(CallStream):
                 yield piece
             if obj.get("done"):
                 self.usage = _usage(obj)
-                self._server._reply_done(self._body["model"])
+                self._server.reply_done(self._body["model"])
                 return
-        raise StreamBroken(f"The model's reply broke off: {self._server} closed the connection before the end.")
+        raise BadReply(f"The model's reply broke off: {self._server} closed the connection before the end.")
 
     def _objects(self) -> Iterator[dict]:
         """The decoded lines."""
@@ -169,7 +170,7 @@ class OllamaChatStream(CallStream):
             try:
                 yield json.loads(line)
             except json.JSONDecodeError:
-                raise StreamBroken(f"{self._server.name} sent a line that is not JSON: {line[:80]!r}") from None
+                raise BadReply(f"{self._server.name} sent a line that is not JSON: {line[:80]!r}") from None
 
 
 # -- Ollama's answers into neutral words --------------------------------------------------

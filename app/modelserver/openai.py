@@ -30,7 +30,7 @@ from typing import Iterator
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, StreamBroken, Timeout,
+from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, BadReply, Timeout,
                      Unreachable)
 from .transport import CallStream, HttpServer
 
@@ -204,7 +204,7 @@ class OpenAIChatStream(CallStream):
         Some servers end the body without ``[DONE]`` (llama.cpp's server before PR #9459,
         ik_llama.cpp, llama-box: all run on a Pi): a body that ends cleanly after a
         ``finish_reason`` or a ``usage`` is a whole reply too. Only a body that ends before
-        either (or a connection cut) is ``StreamBroken``."""
+        either is ``BadReply``, a connection cut ``ConnectionDropped`` (both ``StreamBroken``)."""
         self._server.check_window(self._body["model"], self._num_ctx)
         started = time.monotonic()
         first: float | None = None
@@ -225,7 +225,7 @@ class OpenAIChatStream(CallStream):
         if tally.ended:         # a clean end of the body after finish_reason or usage: the reply's end
             self.usage = tally.usage(started, first, time.monotonic())   # (servers without [DONE])
             return
-        raise StreamBroken(f"The model's reply broke off: {self._server} closed the connection before the end.")
+        raise BadReply(f"The model's reply broke off: {self._server} closed the connection before the end.")
 
     def _events(self) -> Iterator[dict | None]:
         """The decoded ``data:`` lines (None for ``[DONE]``); an ``error`` event raises."""
@@ -239,7 +239,7 @@ class OpenAIChatStream(CallStream):
             try:
                 event = json.loads(data)
             except json.JSONDecodeError:
-                raise StreamBroken(f"{self._server.name} sent an event that is not JSON: {data[:80]!r}") from None
+                raise BadReply(f"{self._server.name} sent an event that is not JSON: {data[:80]!r}") from None
             if isinstance(event, dict) and event.get("error"):
                 raise _error_from(_detail(event), ModelFailed, server=self._server)   # its answer, not a lost line
             if isinstance(event, dict):

@@ -8,6 +8,11 @@ network backend that keeps the call's socket, so ``cancel()`` from another threa
 while the reading thread waits for the response headers (a Pi loading a model: minutes), or for
 the next line. The plain requests (model lists, facts, embeddings, versions) share one pooled
 client. The dialects (endpoints, field names, error texts) stay in ``ollama`` and ``openai``.
+
+Transport exceptions become ours in one place, ``map_transport_errors`` (as httpx's own
+``map_exceptions`` turns httpcore's into httpx's): a request, the send of a call, the read of an
+embedding and of a reply's lines each name their ``Stage`` (what the user is told), never a ladder
+of their own.
 """
 
 from __future__ import annotations
@@ -15,20 +20,84 @@ from __future__ import annotations
 import socket
 import threading
 from abc import abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 import httpcore
 import httpx
 
+from ..errors import ModelError
 from .base import ChatStream, Embedding, ModelServer
-from .errors import StreamBroken, Timeout, Unreachable
+from .errors import BadReply, ConnectionDropped, ServerError, Timeout, TransportFailed, Unreachable
 
-# Transport failures, as httpx (the pooled client) and httpcore (a chat's own connection) raise them.
+# Transport failures, as httpx (the pooled client) and httpcore (a chat's own connection, whose
+# transport is ours and maps nothing) raise them; mapped by ``transport_error`` (and ignored while
+# reading a non-200 answer's body: its status says enough).
 CONNECT_FAILED = (httpx.ConnectError, httpcore.ConnectError)
 TIMED_OUT = (httpx.TimeoutException, httpcore.TimeoutException)
 TRANSPORT_FAILED = (httpx.TransportError, httpcore.NetworkError, httpcore.ProtocolError,
-                    httpcore.TimeoutException, httpcore.UnsupportedProtocol, OSError)
+                    httpcore.TimeoutException, httpcore.UnsupportedProtocol, httpcore.ProxyError, OSError)
 LINE = "harvey.line"        # the request extension that carries a chat call's Line
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Where in a call a transport failure came: what the user is told, and what it means.
+    ``{server}`` is "Ollama at URL", ``{name}`` the server's name, ``{exc}`` the failure and
+    ``{cls}`` its class."""
+
+    timed_out: str                          # a timeout's message
+    failed: str                             # any other transport failure's message (not a refused connect)
+    lost: type[TransportFailed]             # what that failure is: Unreachable before anything was sent
+    forget: bool                            # the server may come back restarted: drop what is cached of it
+
+
+REQUEST = Stage("{server} did not answer in time.", "Cannot reach {server}: {exc}", Unreachable, True)
+SENDING = Stage("{server} did not start answering in time.", "The connection to {server} failed: {exc}",
+                ConnectionDropped, True)
+EMBEDDING = Stage("{server} did not finish the embedding in time.",
+                  "The connection to {server} dropped during the embedding: {exc}", ConnectionDropped, False)
+READING = Stage("{name} stopped sending the reply (timed out waiting).",
+                "The connection to {name} dropped mid-reply ({cls}).", ConnectionDropped, False)
+
+
+def transport_error(exc: BaseException, server: "HttpServer", stage: Stage) -> ModelError | None:
+    """The one mapping of httpx's and httpcore's exceptions to ours (None: not one to map, such as a
+    misuse of the client, which stays the bug it is). The transport failed (``TransportFailed``):
+    a refused connect, a timeout, a cut; or the server answered (``ServerAnswered``): a body httpx
+    cannot decode, a status httpx raised for."""
+    words = {"server": server, "name": server.name, "exc": exc, "cls": exc.__class__.__name__}
+    if isinstance(exc, CONNECT_FAILED):
+        server.forget()                     # it may come back restarted, with another window
+        return server.unreachable()
+    if isinstance(exc, TIMED_OUT):
+        return Timeout(stage.timed_out.format(**words))
+    if isinstance(exc, TRANSPORT_FAILED):
+        if stage.forget:
+            server.forget()
+        return stage.lost(stage.failed.format(**words))
+    if isinstance(exc, httpx.DecodingError):
+        return BadReply(f"{server.name} sent a body that cannot be decoded: {exc}")
+    if isinstance(exc, httpx.HTTPStatusError):
+        return ServerError(f"{server.name} answered HTTP {exc.response.status_code}.",
+                           http_status=exc.response.status_code)
+    if isinstance(exc, httpx.TooManyRedirects):
+        return ServerError(f"{server.name} answered with redirects: {exc}")
+    return None
+
+
+@contextmanager
+def map_transport_errors(server: "HttpServer", stage: Stage) -> Iterator[None]:
+    """``with map_transport_errors(server, READING):`` the transport's exceptions raised inside come
+    out as ours (``transport_error``), as httpx's own ``map_exceptions`` does for httpcore's."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = transport_error(exc, server, stage)
+        if mapped is None:
+            raise
+        raise mapped from None
 
 
 class HttpServer(ModelServer):
@@ -55,34 +124,19 @@ class HttpServer(ModelServer):
     def _request(self, method: str, path: str, *, timeout: float | None = None, **kwargs) -> httpx.Response:
         """One request on the pooled client, with transport errors named."""
         t = httpx.Timeout(timeout, connect=min(timeout, self._timeout.connect)) if timeout else self._timeout
-        try:
+        with map_transport_errors(self, REQUEST):
             return self._http.request(method, path, timeout=t, **kwargs)
-        except CONNECT_FAILED:
-            self.forget()
-            raise self._unreachable() from None
-        except TIMED_OUT:
-            raise Timeout(f"{self} did not answer in time.") from None
-        except TRANSPORT_FAILED as exc:
-            self.forget()
-            raise Unreachable(f"Cannot reach {self}: {exc}") from None
 
-    def _unreachable(self) -> Unreachable:
+    def unreachable(self) -> Unreachable:
         """The message a refused connection gets: what is not running, and where."""
         return Unreachable(f"{self.name} is not running at {self.url} (connection refused).")
 
-    def _send_chat(self, path: str, body: dict, line: "Line") -> httpx.Response:
-        """Send one chat on its own connection; return once the headers are in (status 200)."""
+    def send_call(self, path: str, body: dict, line: "Line") -> httpx.Response:
+        """Send one call (a chat, an embedding) on its own connection through ``line``; return once
+        the headers are in (status 200; any other has raised its typed error)."""
         request = self._chat_http.build_request("POST", path, json=body, extensions={LINE: line})
-        try:
+        with map_transport_errors(self, SENDING):
             response = self._chat_http.send(request, stream=True)
-        except CONNECT_FAILED:
-            self.forget()           # it may come back restarted, with another window
-            raise self._unreachable() from None
-        except TIMED_OUT:
-            raise Timeout(f"{self} did not start answering in time.") from None
-        except TRANSPORT_FAILED as exc:
-            self.forget()
-            raise StreamBroken(f"The connection to {self} failed: {exc}") from None
         if response.status_code != 200:
             try:
                 response.read()
@@ -92,7 +146,6 @@ class HttpServer(ModelServer):
                 response.close()
             self._raise_for(response, model=body.get("model"))
         return response
-
 
     def _embedding(self, path: str, body: dict, parse) -> Embedding:
         """An embedding request on a connection of its own, which ``cancel()`` cuts (as a chat's)."""
@@ -107,13 +160,10 @@ class LineEmbedding(Embedding):
         super().__init__(lambda: self._post(server, path, body, parse))
 
     def _post(self, server: HttpServer, path: str, body: dict, parse) -> list[list[float]]:
-        response = server._send_chat(path, body, self._line)
+        response = server.send_call(path, body, self._line)
         try:
-            response.read()
-        except TIMED_OUT:
-            raise Timeout(f"{server} did not finish the embedding in time.") from None
-        except TRANSPORT_FAILED as exc:
-            raise StreamBroken(f"The connection to {server} dropped during the embedding: {exc}") from None
+            with map_transport_errors(server, EMBEDDING):
+                response.read()
         finally:
             response.close()
             self._line.cut()
@@ -137,19 +187,14 @@ class CallStream(ChatStream):
 
     def _open(self, path: str) -> None:
         """Send the request; the headers are in when this returns (a non-200 has raised)."""
-        self._response = self._server._send_chat(path, self._body, self._line)
+        self._response = self._server.send_call(path, self._body, self._line)
 
     def _lines(self) -> Iterator[str]:
         """The body's non-empty lines as they arrive, with transport failures named."""
-        name = self._server.name
-        try:
+        with map_transport_errors(self._server, READING):
             for line in self._response.iter_lines():
                 if line.strip():
                     yield line
-        except TIMED_OUT:
-            raise Timeout(f"{name} stopped sending the reply (timed out waiting).") from None
-        except TRANSPORT_FAILED as exc:
-            raise StreamBroken(f"The connection to {name} dropped mid-reply ({exc.__class__.__name__}).") from None
 
     def _interrupt(self) -> None:
         """Shut the call's socket down: the blocked read wakes, and the server stops generating."""
@@ -179,9 +224,9 @@ class Line(httpcore.SyncBackend):
             raise httpcore.ConnectError("the call was cancelled before it connected")
         stream = super().connect_tcp(host, port, timeout=timeout, local_address=local_address,
                                      socket_options=socket_options)
-        return self._track(stream)
+        return self.track(stream)
 
-    def _track(self, stream: httpcore.NetworkStream) -> "TrackedStream":
+    def track(self, stream: httpcore.NetworkStream) -> "TrackedStream":
         """Keep the stream's socket for ``cut``; a cut that came during the connect closes it."""
         with self._lock:
             if self._cut:
@@ -200,7 +245,7 @@ class Line(httpcore.SyncBackend):
                 except OSError:
                     pass            # already closed by the server
 
-    def _close(self, stream: httpcore.NetworkStream) -> None:
+    def close_stream(self, stream: httpcore.NetworkStream) -> None:
         """Close under the lock, so a cut never shuts down a descriptor number reused meanwhile."""
         with self._lock:
             self._sock = None
@@ -223,11 +268,11 @@ class TrackedStream(httpcore.NetworkStream):
 
     def close(self) -> None:
         """Through the line, so a concurrent cut never touches a closed socket."""
-        self._line._close(self._inner)
+        self._line.close_stream(self._inner)
 
     def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.NetworkStream:
         """An https URL: the line must cut the TLS socket from now on, not the plain one."""
-        return self._line._track(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        return self._line.track(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str):
         """As the inner stream (httpcore asks for the socket, whether it is readable, ...)."""

@@ -6,6 +6,12 @@ batches through the model server (Ollama's ``/api/embed`` or ``/v1/embeddings``)
 batch.  Work runs on the worker's "index" lane, one file at a time, so two requests for the same
 file never write it twice and a Pi is never asked for two indexes at once.
 
+Every model call of a build (seed 004's chunking, each embedding batch) goes through ``ModelCalls``
+as a call of the build's activity (``Progress.activity``): a cancel (a job's Stop) cuts the chunking
+call at once and lets the embedding batch in flight finish, so its vectors are kept and no chunk is
+ever embedded twice; ``close`` (the app shutting down) cuts whatever is in flight, since an embedding
+model loading on a Pi takes minutes.
+
 Durable and resumable: a cancel (or a restart) keeps every finished batch; the next request for the
 file embeds only the chunks still without a vector, and the index says complete only when every
 chunk has one.  An unchanged file is never indexed twice: its fingerprint names its index.
@@ -20,21 +26,24 @@ halves (a few times at most); a passage's vectors are all its pieces', and searc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from typing import Callable
+from typing import Callable, Iterator
 
 from .. import chunking
 from ..chunking import llmhelp
 from ..errors import HarveyError
 from ..modelserver import Cancelled, ContextExceeded
 from ..work.activity import Activity
+from ..work.calls import ModelCalls
 from . import embedding
 from .index import BrokenIndex, Index, path_for, prune, remove
 
@@ -64,7 +73,8 @@ class Progress:
     model: str | None = None         # the embedding model (None: keyword search only)
     note: str = ""                   # what the user should know (keyword only, why it stopped)
     stop: threading.Event = field(default_factory=threading.Event, repr=False)
-    helping: Activity | None = field(default=None, repr=False)   # seed 004's call in flight (cancel stops it)
+    activity: Activity | None = field(default=None, repr=False)  # the build's model calls in flight
+    cancel_cuts: bool = field(default=False, repr=False)           # a cancel stops them (else: after the batch)
     finished: threading.Event = field(default_factory=threading.Event, repr=False)
     _listeners: set = field(default_factory=set, repr=False)      # Events a waiter wants set on news
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -129,8 +139,9 @@ class Indexer:
         self.models = models                 # app.modelserver.ModelServer
         self.settings = settings             # config.RetrievalConfig
         self.calibration = calibration       # app.budget.Calibration: the one owner of measured speeds
-        self.calls = calls                   # app.work.calls.ModelCalls: seed 004's one chat call
         self.chunk_help = chunk_help if chunk_help and chunk_help.help.on and calls else None
+        # app.work.calls.ModelCalls: seed 004's one chat call and every embedding batch
+        self.calls = calls if calls is not None else ModelCalls(models, calibration)
         self._tasks: OrderedDict[str, Progress] = OrderedDict()
         self._docs: dict[str, chunking.Document] = {}    # the text of each task queued or running, no longer
         self._counts: OrderedDict[tuple[str, int], list[int]] = OrderedDict()   # pieces per chunk, by file
@@ -347,16 +358,42 @@ class Indexer:
             return None
 
     def cancel(self, fingerprint: str) -> bool:
-        """Stop indexing a file after the batch in flight (what is done stays done)."""
+        """Stop indexing a file after the embedding batch in flight (what is done stays done; a
+        chunking call of seed 004 is cut at once)."""
         with self._lock:
             known = self._tasks.get(fingerprint)
         if not known or known.finished.is_set():
             return False
         known.stop.set()
-        helping = known.helping
-        if helping is not None:
-            helping.stop()
+        activity = known.activity
+        if activity is not None and known.cancel_cuts:
+            activity.stop()
         return True
+
+    def close(self) -> None:
+        """The app is shutting down: every build stops now, its model call in flight cut (the batches
+        stored stay; the next start embeds only the rest)."""
+        with self._lock:
+            running = [p for p in self._tasks.values() if not p.finished.is_set()]
+        for progress in running:
+            progress.stop.set()
+            activity = progress.activity
+            if activity is not None:
+                activity.stop()
+
+    @contextmanager
+    def _calls_of(self, fingerprint: str, progress: Progress, cancel_cuts: bool) -> Iterator[Activity]:
+        """The activity this stretch of a build makes its model calls as (``ModelCalls`` attaches each
+        call to it): ``close`` stops it, and ``cancel`` too when ``cancel_cuts``. Set before the stop is
+        read, so a stop either sees it or was seen."""
+        activity = Activity(f"index-{fingerprint}", "", "index", 0)
+        progress.activity, progress.cancel_cuts = activity, cancel_cuts
+        if progress.stop.is_set() and cancel_cuts:
+            activity.stop()
+        try:
+            yield activity
+        finally:
+            progress.activity = None
 
     def wait(self, fingerprint: str, timeout: float) -> Progress | None:
         """Wait up to ``timeout`` s for a task to end; its progress (None: no such task)."""
@@ -458,27 +495,21 @@ class Indexer:
         h = self.chunk_help
         if h is None or not use_help:
             return chunking.chunk_document(doc), True
-        activity = Activity(f"index-{doc.fingerprint}", "", "index", 0)
-        progress.helping = activity
-        if progress.stop.is_set():
-            activity.stop()
         away: list[HarveyError] = []
-        ask = llmhelp.model_ask(self.calls, activity, h.model, h.window(), h.bytes_per_token())
+        with self._calls_of(doc.fingerprint, progress, cancel_cuts=True) as activity:
+            ask = llmhelp.model_ask(self.calls, activity, h.model, h.window(), h.bytes_per_token())
 
-        def asked(messages: list[dict], schema: dict, num_predict: int) -> str:
-            try:
-                return ask(messages, schema, num_predict)
-            except HarveyError as exc:
-                if exc.transient and not isinstance(exc, Cancelled):
-                    away.append(exc)
-                raise
+            def asked(messages: list[dict], schema: dict, num_predict: int) -> str:
+                try:
+                    return ask(messages, schema, num_predict)
+                except HarveyError as exc:
+                    if exc.transient and not isinstance(exc, Cancelled):
+                        away.append(exc)
+                    raise
 
-        try:
             window = h.window()
             chunks, own = llmhelp.helped(doc, h.help, asked, h.model,
                                          prompt_bytes=int(window * h.bytes_per_token() * PROMPT_SHARE))
-        finally:
-            progress.helping = None
         if away:
             raise away[0]
         return chunks, own
@@ -495,13 +526,16 @@ class Indexer:
         max_bytes = piece_bytes(model, self.models.window(model) if missing else None)
         for at in range(0, len(missing), size):
             if progress.stop.is_set():
-                progress.state = "cancelled"
-                progress.note = f"Indexing was cancelled after {progress.embedded} of {progress.total} passages."
-                return
+                return self._cancelled(progress)
             numbers = missing[at:at + size]
             passages = index.passages(numbers)
             began = time.monotonic()
-            vectors = embed_passages(self.models.embed, model, [p.text for p in passages], max_bytes)
+            with self._calls_of(progress.fingerprint, progress, cancel_cuts=False) as activity:
+                try:
+                    vectors = embed_passages(functools.partial(self.calls.embed, activity), model,
+                                             [p.text for p in passages], max_bytes)
+                except Cancelled:
+                    return self._cancelled(progress)     # cut by ``close``: the batch in flight is not kept
             if self.calibration is not None:
                 self.calibration.observe_embed(model, sum(len(vs) for vs in vectors), time.monotonic() - began)
             items = [(p.n, v) for p, vs in zip(passages, vectors) for v in vs]
@@ -512,6 +546,11 @@ class Indexer:
             index.add_vectors(model, items, key)
             progress.embedded += len(numbers)
             progress.changed()
+
+    @staticmethod
+    def _cancelled(progress: Progress) -> None:
+        progress.state = "cancelled"
+        progress.note = f"Indexing was cancelled after {progress.embedded} of {progress.total} passages."
 
 
 def piece_bytes(model: str, limit_tokens: int | None) -> int:

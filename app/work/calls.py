@@ -12,8 +12,13 @@ end is the one place that decides what became of it (``Call.outcome``): complete
 cut at its cap (the server said its reply budget ran out: ``Usage.cut_off``),
 stopped, the server's own error (an answer: it is there), or the server lost (the
 connection refused or cut: worth waiting for).  ``text`` is the same for a whole
-reply at once.  The question of a retrieval answer is embedded through ``embed``,
-attached the same way, so a Stop cuts it too.
+reply at once.
+
+Embeddings go the same way: ``with calls.embedding(activity, model, texts) as call:
+vectors = call.run()``, attached to the activity for as long as the ``with`` lasts (a Stop
+cuts it, however long the embedding model loads on a Pi) and its outcome decided at the
+end by the same rule.  ``embed`` is that for one request at once (the question of a
+retrieval answer, each batch of an index build).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Iterator
 from ..budget import Calibration, count_messages, estimate_messages
 from ..errors import ModelError
 from ..modelserver import Cancelled, ChatStream, ContextExceeded, ModelServer, Usage
+from ..modelserver.base import Embedding
 from .activity import Activity
 
 COMPLETE, CUT, STOPPED, FAILED, LOST = "complete", "cut", "stopped", "failed", "lost"
@@ -80,12 +86,39 @@ class Call:
         return self.outcome == CUT
 
 
-def outcome_of(stream: ChatStream, error: BaseException | None) -> str:
+class EmbeddingCall:
+    """One embedding call in flight (``run()`` makes it, once) and, once its ``with`` ended, its outcome."""
+
+    def __init__(self, model: str, texts: str | list[str], embedding: Embedding):
+        self.model, self.texts, self._embedding = model, texts, embedding
+        self.vectors: list[list[float]] | None = None     # set when the server answered them all
+        self.outcome = ""               # COMPLETE | STOPPED | FAILED | LOST, set at the end
+        self.error: ModelError | None = None
+        self.ended = False              # run() returned or raised: nothing of it is left to cut
+
+    def run(self) -> list[list[float]]:
+        """Send the texts and wait for their vectors; ``Cancelled`` when a Stop cut the call."""
+        if self.ended:
+            raise RuntimeError("an embedding call is made once")
+        try:
+            self.vectors = self._embedding.run()
+        finally:
+            self.ended = True
+        return self.vectors
+
+    @property
+    def cancelled(self) -> bool:
+        return self._embedding.cancelled
+
+
+def outcome_of(stream: ChatStream | EmbeddingCall, error: BaseException | None) -> str:
     """What became of a call that ended (the one rule every kind of model work reads)."""
     if stream.cancelled or isinstance(error, Cancelled):
         return STOPPED
     if error is not None:
         return LOST if getattr(error, "transient", False) else FAILED
+    if isinstance(stream, EmbeddingCall):
+        return STOPPED if stream.vectors is None else COMPLETE    # left before the answer: cut off by us
     if stream.usage is None:
         return STOPPED                  # the caller left before the end: the call was cut off by us
     return CUT if stream.usage.cut_off else COMPLETE
@@ -98,7 +131,7 @@ class ModelCalls:
         self.server = server
         self.calibration = calibration
 
-    def open(self, activity: Activity, request: Request, fit_reply: bool = False) -> ChatStream:
+    def _open(self, activity: Activity, request: Request, fit_reply: bool = False) -> ChatStream:
         """A stream for ``request``, attached to ``activity`` (nothing is sent until it is read);
         a map call passes its ``activity.Part`` instead, which a Stop of the activity cancels too.
 
@@ -131,7 +164,7 @@ class ModelCalls:
         template = self.calibration.templates.cost(request.model)
         return count_messages(request.messages, counter, template) + template[1]
 
-    def close(self, activity: Activity, stream: ChatStream, request: Request) -> str:
+    def _close(self, activity: Activity, stream: ChatStream, request: Request) -> str:
         """Detach the ended call and learn from its counts; returns a calibration warning or ""."""
         activity.detach(stream)
         if stream.usage is None:
@@ -146,10 +179,10 @@ class ModelCalls:
 
     @contextmanager
     def stream(self, activity: Activity, request: Request, fit_reply: bool = False) -> Iterator[Call]:
-        """``with calls.stream(activity, request) as call:`` one call, checked before sending (``open``),
+        """``with calls.stream(activity, request) as call:`` one call, checked before sending (``_open``),
         ended here whatever happens: detached from the activity, its connection closed, the
         calibration taught from its counts, and ``call.outcome`` decided (``outcome_of``)."""
-        stream = self.open(activity, request, fit_reply=fit_reply)
+        stream = self._open(activity, request, fit_reply=fit_reply)
         call = Call(request, stream)
         error: BaseException | None = None
         try:
@@ -162,7 +195,7 @@ class ModelCalls:
                 stream.cancel()             # left before the end: free the connection (the server stops)
             call.outcome = outcome_of(stream, error)
             call.error = error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
-            call.warning = self.close(activity, stream, request)
+            call.warning = self._close(activity, stream, request)
 
     def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
         """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop.
@@ -173,11 +206,30 @@ class ModelCalls:
                 raise Cancelled("The call was stopped.")
         return text.strip(), call.usage
 
-    def embed(self, activity, model: str, texts: str | list[str]) -> list[list[float]]:
-        """Embed ``texts`` as a call of ``activity``: a Stop cuts it at any stage (``Cancelled``)."""
-        call = self.server.embedding(model, texts)
-        activity.attach(call)
+    @contextmanager
+    def embedding(self, activity, model: str, texts: str | list[str]) -> Iterator[EmbeddingCall]:
+        """``with calls.embedding(activity, model, texts) as call: vectors = call.run()``: one embedding
+        call, attached to ``activity`` (or an ``activity.Part``) from before it is sent, so a Stop cuts
+        it at any stage (``Cancelled``), and ended here whatever happens: cut if the ``with`` is left
+        before the answer, detached, and ``call.outcome`` decided (``outcome_of``)."""
+        embedding = self.server.embedding(model, texts)
+        call = EmbeddingCall(model, texts, embedding)
+        activity.attach(embedding)
+        error: BaseException | None = None
         try:
-            return call.run()
+            yield call
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
-            activity.detach(call)
+            if not call.ended and not embedding.cancelled:
+                embedding.cancel()          # left before it was made (or while it runs): nothing goes on
+            call.outcome = outcome_of(call, error)
+            call.error = error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
+            activity.detach(embedding)
+
+    def embed(self, activity, model: str, texts: str | list[str]) -> list[list[float]]:
+        """Embed ``texts`` as a call of ``activity`` (``embedding``, made at once): a Stop cuts it at any
+        stage (``Cancelled``)."""
+        with self.embedding(activity, model, texts) as call:
+            return call.run()
