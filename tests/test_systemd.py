@@ -142,7 +142,7 @@ def test_a_password_file_the_service_cannot_read_is_logged_with_the_fix(box):
 
 
 def test_restart_mid_reply_is_back_in_time_and_keeps_the_reply_as_interrupted(box):
-    box.run(f"cp {CLONE}/tests/systemd_inside.py {CLONE}/tests/scripted_ollama.py /root/")
+    box.run(f"cp {CLONE}/tests/systemd_inside.py {CLONE}/tests/scripted_ollama.py {CLONE}/tests/scripted_http.py /root/")
     result = json.loads(box.run(f"/opt/harvey/venv/bin/python /root/systemd_inside.py '{PASSWORD}'",
                                 timeout=180).stdout.strip().splitlines()[-1])
     assert "error" not in result, result
@@ -200,6 +200,8 @@ def test_a_service_that_cannot_start_stops_retrying_and_says_why(box):
 
 
 def test_uninstall_keeps_the_sessions(box):
+    # a session of its own, written as the service writes them (this test does not lean on another's)
+    box.run("sudo -u harvey sh -c 'printf \"Title: Kept\\n\" > /var/lib/harvey/sessions/kept-by-uninstall.spmd'")
     sessions = box.run("ls /var/lib/harvey/sessions").stdout.split()
     assert any(name.endswith(".spmd") for name in sessions), sessions
     gone = box.run(f"cd {CLONE} && sudo deploy/install.sh --uninstall")
