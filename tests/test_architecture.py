@@ -221,14 +221,6 @@ def test_every_package_is_installed():
 
 # What may follow a dot although it starts with "_": namedtuple's public methods, and dunders.
 PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
-# The reaches left in app/modelserver/ (another change removes them; then this set goes).
-KNOWN_REACHES = {
-    ("app.modelserver.ollama", "self._server._reply_done"),
-    ("app.modelserver.transport", "server._send_chat"),
-    ("app.modelserver.transport", "self._server._send_chat"),
-    ("app.modelserver.transport", "self._line._close"),
-    ("app.modelserver.transport", "self._line._track"),
-}
 
 
 def reaches_in(source: str) -> set[str]:
@@ -257,7 +249,7 @@ def private_reaches() -> set[tuple[str, str]]:
 def test_no_module_reaches_into_another_objects_private_attributes():
     """A step of a run sees the runner through ``analysis.steps.RunSteps``, a session's turns
     through ``Session.parsed_turns``: what one object needs of another is a public, named part of it."""
-    assert private_reaches() - KNOWN_REACHES == set()
+    assert private_reaches() == set()
 
 
 def test_the_reach_check_sees_an_offender(tmp_path, monkeypatch):
