@@ -271,3 +271,26 @@ def test_the_reach_check_sees_an_offender(tmp_path, monkeypatch):
     assert private_reaches() == {("app.analysis.step", "self.runner._stopped"),
                                  ("app.analysis.step", "self.ex._read_chunk"),
                                  ("app.analysis.step", "session._turns")}
+
+
+def floors_in_architecture_md() -> dict[str, int]:
+    """The floor of each package, from the table in ARCHITECTURE.md ("| 3 | `budget` | ...")."""
+    import re
+
+    floors = {}
+    for line in (APP.parent / "ARCHITECTURE.md").read_text(encoding="utf-8").splitlines():
+        row = re.match(r"\| (\d+) \| ([^|]+) \|", line)
+        if row:
+            for name in re.findall(r"`([a-z_]+)`", row.group(2)):
+                floors[f"app.{name}"] = int(row.group(1))
+    return floors
+
+
+def test_the_floors_in_architecture_md_are_the_imports():
+    """The map a newcomer reads is the code: every package of app/ has a floor in ARCHITECTURE.md,
+    and imports only packages on lower floors."""
+    floors = floors_in_architecture_md()
+    packages = package_graph(graph())
+    assert set(packages) <= set(floors), sorted(set(packages) - set(floors))
+    upward = sorted((p, q) for p, targets in packages.items() for q in targets if floors[q] >= floors[p])
+    assert upward == []
