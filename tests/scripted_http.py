@@ -6,6 +6,7 @@ in their handler (``make_handler``), which subclasses ``TrackedHandler``."""
 
 from __future__ import annotations
 
+import json
 import selectors
 import socket
 import threading
@@ -77,6 +78,14 @@ class TrackedHandler(BaseHTTPRequestHandler):
             super().finish()
         except OSError:
             pass
+
+    def _json(self, status: int, obj) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class ScriptedServer:

@@ -223,14 +223,6 @@ def _handler_for(server: ScriptedOllama):
     class Handler(TrackedHandler):
         server_of = server
 
-        def _json(self, status: int, obj) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def _body(self) -> dict:
             size = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(size) if size else b""

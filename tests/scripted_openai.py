@@ -97,14 +97,6 @@ def _handler_for(server: ScriptedOpenAI):
     class Handler(TrackedHandler):
         server_of = server
 
-        def _json(self, status: int, obj) -> None:
-            data = json.dumps(obj).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def _error(self, status: int, message: str, kind: str, **extra) -> None:
             self._json(status, {"error": {"code": status, "message": message, "type": kind, **extra}})
 
