@@ -103,18 +103,17 @@ INTERRUPTED_BY = {signal.SIGTERM: "the server was stopped", signal.SIGINT: "the 
 def serve_until_signalled(server, svc) -> int:
     """Run waitress's loop until SIGTERM or SIGINT, then shut down gracefully; 0 when it did.
 
-    On the first signal: stop accepting connections; stop every reply in flight and
-    record it with what arrived and an "interrupted" note (the page offers Re-send);
-    end the open event streams; stop the analysis request in flight (the job stays
-    "running" on disk, so the next start offers Resume); let waitress send what is
-    still buffered; exit. A second signal exits at once (exit status 1).
+    On the first signal: stop accepting connections; ``svc.close()``, which stops the
+    analysis request in flight (the job stays "running" on disk, so the next start
+    offers Resume) and the index builds, stops every reply in flight and records it
+    with what arrived and an "interrupted" note (the page offers Re-send), ends the
+    open event streams and closes the model client; let waitress send what is still
+    buffered; exit. A second signal exits at once (exit status 1).
     """
     import threading
 
     from waitress import wasyncore
     from waitress.channel import HTTPChannel
-
-    from .events import gate_for
 
     stopping, settled = threading.Event(), threading.Event()
     adj = server.adj
@@ -122,13 +121,7 @@ def serve_until_signalled(server, svc) -> int:
     def graceful(reason: str) -> None:
         server.pull_trigger()                  # wake the loop: it closes the listening socket
         try:
-            if svc.jobs:
-                svc.jobs.shutdown()            # the running analysis becomes resumable
-            cut = svc.worker.shutdown(reason, timeout=SHUTDOWN_REPLIES_S)
-            if cut:
-                log.info("interrupted %d piece(s) of model work in flight; replies recorded with what "
-                         "arrived", len(cut))
-            gate_for(svc).close_all()
+            svc.close(reason, timeout=SHUTDOWN_REPLIES_S)   # its stops log their own failures
         except Exception:
             log.exception("graceful shutdown failed part-way")
         finally:

@@ -169,12 +169,7 @@ class LiveApp:
             return
         self.closing = True
         self.http.close()
-        from app.events import gate_for
-
-        gate_for(self.services).close_all()     # open event streams end now and free their threads
-        for activity in self.services.activities.running():
-            activity.stop()
-        self.services.jobs.shutdown()
+        self.services.close("the test app was closed", timeout=5)    # as `harvey serve` does at SIGTERM
         trigger = self.server.trigger
         if self.thread.is_alive():
             trigger.pull_trigger(self._close_channels)

@@ -191,6 +191,9 @@ def test_a_signal_mid_reply_keeps_what_arrived_with_a_note_and_exits_0_in_time(t
     assert status == 0, serve.output()
     assert took < stop_timeout_s()                      # well inside systemd's stop timeout (a loose bound)
     print(f"{signal.Signals(signum).name} mid-reply: exited 0 after {took * 1000:.0f} ms")
+    # the signal path ends the app with Services.close(), the one shutdown order (issue 34)
+    assert "interrupted 1 piece(s) of model work in flight" in serve.output()
+    assert "closed: job runner, indexer, worker, event streams, model client" in serve.output()
 
     seen = "".join(follower.pieces)
     turn = session_turns(tmp_path, name)[0]
