@@ -44,7 +44,7 @@ class Services:
     jobs: "JobRunner | None" = None
     indexer: "Indexer | None" = None   # the one writer of retrieval indexes (app.retrieval)
     started_at: datetime = field(default_factory=lambda: datetime.now().replace(microsecond=0))
-    extra: dict = field(default_factory=dict)    # parts made on first use (app.events.gate_for's "streams")
+    streams: "StreamGate | None" = None  # bounds the open event streams (app.events)
     _stops: list[tuple[str, Stop]] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
     _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -89,7 +89,7 @@ class Services:
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-        from .events import gate_for
+        from .events import StreamGate
 
         models = connect(config)
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
@@ -99,7 +99,8 @@ class Services:
         svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
                   worker=Worker(activities), calls=ModelCalls(models, calibration))
         svc.on_close("model client", lambda reason, deadline: models.close())
-        svc.on_close("event streams", lambda reason, deadline: gate_for(svc).close_all())
+        svc.streams = StreamGate(config.server.stream_limit, config.server.stream_lifetime_s)
+        svc.on_close("event streams", lambda reason, deadline: svc.streams.close_all())
         svc.on_close("worker", lambda reason, deadline: _stop_worker(svc.worker, reason, deadline))
         chat = config.ollama.model          # seed 004's help asks the configured chat model
         chunk_help = ChunkHelp(llmhelp.Help.from_config(config.chunking), chat,
