@@ -212,7 +212,7 @@ def cmd_check(config: Config, args) -> int:
     from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
-    print(f"ollama: {config.ollama.url}")
+    print(f"model_server: {config.ollama.url} (api: {config.ollama.api})")
     server = connect(config, read_timeout=30)
     if server.machine is not None and server.machine.memory is None:
         print(f"memory: {server.machine.memory_source} (no cap on the window)")

@@ -26,7 +26,13 @@ from .errors import ConfigError  # noqa: E402,F401 (the config's error lives in 
 
 log = logging.getLogger(__name__)
 
-API_KINDS = ("native", "openai")     # ollama.api: the kinds of model server app.modelserver can talk to
+API_KINDS = ("native", "openai")     # model_server.api: the kinds of model server app.modelserver can talk to
+
+# The model server's section in harvey.yaml is ``model_server:`` (Ollama or an OpenAI-compatible
+# server alike); files written before it was renamed say ``ollama:``, still read (with a log line).
+SECTION, OLD_SECTION = "model_server", "ollama"
+# Config's attribute for that section, where it is not named like the section.
+_FIELD_OF_KEY = {SECTION: "ollama"}
 
 
 @dataclass(frozen=True)
@@ -175,14 +181,27 @@ def load_config(path: str | os.PathLike | None = None, env: dict | None = None) 
     data: dict = {}
     if path and Path(path).exists():
         data = _read_yaml(Path(path))
-    config = _build(Config, _fold_old_keys(data, source), source, prefix="")
+    config = _build(Config, _fold_old_keys(_renamed_section(data, source), source), source, prefix="")
     config = dataclasses.replace(config, source=source)
     return _apply_env(config, env)
 
 
+def _renamed_section(data: dict, source: str) -> dict:
+    """The ``ollama:`` section of an older file, read as ``model_server:`` (the log says to rename it);
+    both in one file is an error: which one is meant cannot be guessed."""
+    if OLD_SECTION not in data:
+        return data
+    if SECTION in data:
+        raise ConfigError(f"{source}: both '{SECTION}:' and '{OLD_SECTION}:' are set; '{OLD_SECTION}:' is the "
+                          f"old name of '{SECTION}:': keep one section (move its keys into '{SECTION}:')")
+    log.warning("%s: the section '%s:' is now called '%s:' (for any model server); rename it in the file",
+                source, OLD_SECTION, SECTION)
+    return {(SECTION if key == OLD_SECTION else key): value for key, value in data.items()}
+
+
 def _fold_old_keys(data: dict, source: str) -> dict:
     """Keys of older files, moved: ``chunking.concurrency`` (documented, never read) is now
-    ``ollama.parallel``; an old file still loads, its value is used unless the new key is set,
+    ``model_server.parallel``; an old file still loads, its value is used unless the new key is set,
     and the log names the new key."""
     chunking = data.get("chunking")
     if not isinstance(chunking, dict) or "concurrency" not in chunking:
@@ -191,14 +210,14 @@ def _fold_old_keys(data: dict, source: str) -> dict:
     value = chunking.pop("concurrency")
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{source}: key 'chunking.concurrency': expected a whole number of at least 1, got "
-                          f"{value!r} (the key is now ollama.parallel)")
-    ollama = data.get("ollama") if isinstance(data.get("ollama"), dict) else {}
-    log.warning("%s: chunking.concurrency is now ollama.parallel (calls in flight at once); %s", source,
-                "ollama.parallel is set, so chunking.concurrency is ignored" if "parallel" in ollama
-                else f"using {value} as ollama.parallel")
+                          f"{value!r} (the key is now {SECTION}.parallel)")
+    server = data.get(SECTION) if isinstance(data.get(SECTION), dict) else {}
+    log.warning("%s: chunking.concurrency is now %s.parallel (calls in flight at once); %s", source, SECTION,
+                f"{SECTION}.parallel is set, so chunking.concurrency is ignored" if "parallel" in server
+                else f"using {value} as {SECTION}.parallel")
     folded = {**data, "chunking": chunking}
-    if "ollama" not in data or isinstance(data.get("ollama"), dict):
-        folded["ollama"] = {"parallel": value, **ollama}
+    if SECTION not in data or isinstance(data.get(SECTION), dict):
+        folded[SECTION] = {"parallel": value, **server}
     return folded
 
 
@@ -224,16 +243,21 @@ def _build(cls, data: dict, source: str, prefix: str):
     """Build dataclass ``cls`` from ``data``, checking every key and type."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: key '{prefix.rstrip('.')}': expected a mapping, got {_kind(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
+    keys = {_key_of(f.name): f.name for f in dataclasses.fields(cls) if f.name != "source"}
     hints = typing.get_type_hints(cls)
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(keys))
     if unknown:
-        known = ", ".join(sorted(fields))
+        known = ", ".join(sorted(keys))
         raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' (known keys here: {known})")
-    values = {name: _value(hints[name], raw, source, f"{prefix}{name}") for name, raw in data.items()}
+    values = {keys[key]: _value(hints[keys[key]], raw, source, f"{prefix}{key}") for key, raw in data.items()}
     obj = cls(**values)
     _check(obj, source, prefix)
     return obj
+
+
+def _key_of(name: str) -> str:
+    """The file's key for the attribute ``name``."""
+    return next((key for key, field_name in _FIELD_OF_KEY.items() if field_name == name), name)
 
 
 def _value(hint, raw, source: str, key: str):

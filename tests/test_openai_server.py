@@ -1,5 +1,5 @@
 """The OpenAI-compatible server kind (issue 24): real HTTP against a scripted llama-server / vLLM,
-the app under waitress with ``ollama.api: openai``, and the real path against llama.cpp's own
+the app under waitress with ``model_server.api: openai``, and the real path against llama.cpp's own
 HTTP server (xllamacpp) with the bundled SmolLM2.
 
 Covers the stream (SSE pieces, ``[DONE]``, usage from ``stream_options``), the window (``/props``,
@@ -219,7 +219,7 @@ def test_cancel_after_the_end_changes_nothing(llama):
 
 def test_api_openai_in_harvey_yaml_chooses_the_openai_server(tmp_path, llama):
     path = tmp_path / "harvey.yaml"
-    path.write_text(f"ollama:\n  url: {llama.url}\n  api: openai\n  model: tiny:1b\n")
+    path.write_text(f"model_server:\n  url: {llama.url}\n  api: openai\n  model: tiny:1b\n")
     config = load_config(path, env={})
     assert config.ollama.api == "openai"
     models = modelserver.connect(config)
@@ -229,8 +229,8 @@ def test_api_openai_in_harvey_yaml_chooses_the_openai_server(tmp_path, llama):
 
 def test_a_bad_api_value_is_one_clear_error(tmp_path):
     path = tmp_path / "harvey.yaml"
-    path.write_text("ollama:\n  api: openAI-ish\n")
-    with pytest.raises(ConfigError, match=r"key 'ollama.api': expected native \(Ollama\) or openai .*'openAI-ish'"):
+    path.write_text("model_server:\n  api: openAI-ish\n")
+    with pytest.raises(ConfigError, match=r"key 'model_server.api': expected native \(Ollama\) or openai .*'openAI-ish'"):
         load_config(path, env={})
 
 
@@ -377,7 +377,7 @@ def test_the_error_card_names_the_model_server_not_ollama(tmp_path, make_live):
     html = fragment if "is not running" in fragment else follow(live, name)[1]
     page = live.get(f"/s/{name}").text
     for shown in (html, page):
-        assert "The model server is not running" in shown and "Start it or check ollama.url" in shown
+        assert "The model server is not running" in shown and "Start it or check model_server.url" in shown
         assert "OpenAI-compatible server is not running at http://127.0.0.1:9" in shown
         assert "Ollama" not in shown and "ollama pull" not in shown
 

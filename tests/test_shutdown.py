@@ -69,7 +69,7 @@ class Serve:
         self.url = f"http://127.0.0.1:{self.port}"
         config = folder / "harvey.yaml"
         config.write_text(
-            f"ollama:\n  url: {ollama_url}\n  model: tiny:1b\n  timeout_s: 30\n"
+            f"model_server:\n  url: {ollama_url}\n  model: tiny:1b\n  timeout_s: 30\n"
             f"workspace: {folder / 'workspace'}\nsessions_dir: {folder / 'sessions'}\n"
             f"data_dir: {folder / 'data'}\nuser_name: tester\n"
             f"server:\n  host: 127.0.0.1\n  port: {self.port}\n")

@@ -183,13 +183,13 @@ def test_the_machine_figures_and_where_they_come_from(tmp_path):
 
 def test_bad_memory_settings_are_refused_with_the_key(tmp_path):
     path = tmp_path / "harvey.yaml"
-    path.write_text("ollama:\n  server_memory: lots\n")
-    with pytest.raises(ConfigError, match="ollama.server_memory': expected a size such as 8G"):
+    path.write_text("model_server:\n  server_memory: lots\n")
+    with pytest.raises(ConfigError, match="model_server.server_memory': expected a size such as 8G"):
         load_config(path, env={})
-    path.write_text("ollama:\n  kv_cache_type: q3\n")
-    with pytest.raises(ConfigError, match="ollama.kv_cache_type': expected one of f32, f16"):
+    path.write_text("model_server:\n  kv_cache_type: q3\n")
+    with pytest.raises(ConfigError, match="model_server.kv_cache_type': expected one of f32, f16"):
         load_config(path, env={})
-    path.write_text("ollama:\n  server_memory: 8G\n  kv_cache_type: Q8_0\n")
+    path.write_text("model_server:\n  server_memory: 8G\n  kv_cache_type: Q8_0\n")
     assert load_config(path, env={}).ollama.server_memory == "8G"
 
 

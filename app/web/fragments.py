@@ -70,7 +70,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     """Read a recorded turn's notes back into what the page shows.
 
     With the ``session`` name, an analysis answer's citations link to their passages; ``api``
-    (``ollama.api``) is the kind of server an error card names.
+    (``model_server.api``) is the kind of server an error card names.
     """
     model_name = match_model(turn.model, list(models)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
