@@ -28,6 +28,7 @@ import time
 from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
+from ..errors import one_line as _one_line
 from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError
 from ..sessions import notes
 from ..work.activity import Part
@@ -85,11 +86,6 @@ def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer
     """Said under an answer that ended at its cap: its end is missing, and why."""
     return (f"\n\n*(The {what} was cut at {tokens:,} tokens, all the room the model's window left: its end is "
             f"missing. {hint})*")
-
-
-def _one_line(exc: BaseException) -> str:
-    """An error's message on one line: a card and a log line show it whole."""
-    return " ".join(str(exc).split())
 
 
 class Execution:
