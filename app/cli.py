@@ -79,12 +79,12 @@ def cmd_serve(config: Config, args) -> int:
                 return 1
         else:
             log.warning("%s is not answering at %s; the app will say so and recover when it comes up.",
-                        probe.name, config.ollama.url)
+                        probe.name, config.model_server.url)
     app = create_app(config)
     server = make_server(app, server_cfg)
     log.info("Harvey Web %s listening on %s", _version(), listen_urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; %s at %s, model %s", config.sessions_path,
-             config.workspace_path, app.extensions["harvey"].models.name, config.ollama.url, config.ollama.model)
+             config.workspace_path, app.extensions["harvey"].models.name, config.model_server.url, config.model_server.model)
     try:
         return serve_until_signalled(server, app.extensions["harvey"])
     finally:
@@ -193,11 +193,11 @@ def _start_demo(config: Config):
         demo = DemoServer(model_name=name)
         demo.start()
     except DemoUnavailable as exc:
-        print(f"harvey: no Ollama at {config.ollama.url}, and {exc}", file=sys.stderr)
+        print(f"harvey: no Ollama at {config.model_server.url}, and {exc}", file=sys.stderr)
         return None, config
-    log.info("No Ollama at %s: using the bundled demo model %s at %s", config.ollama.url, name, demo.url)
-    ollama = dataclasses.replace(config.ollama, url=demo.url, model=name)
-    return demo, dataclasses.replace(config, ollama=ollama)
+    log.info("No Ollama at %s: using the bundled demo model %s at %s", config.model_server.url, name, demo.url)
+    ollama = dataclasses.replace(config.model_server, url=demo.url, model=name)
+    return demo, dataclasses.replace(config, model_server=ollama)
 
 
 def _version() -> str:
@@ -212,7 +212,7 @@ def cmd_check(config: Config, args) -> int:
     from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
-    print(f"model_server: {config.ollama.url} (api: {config.ollama.api})")
+    print(f"model_server: {config.model_server.url} (api: {config.model_server.api})")
     server = connect(config, read_timeout=30)
     if server.machine is not None and server.machine.memory is None:
         print(f"memory: {server.machine.memory_source} (no cap on the window)")
@@ -228,7 +228,7 @@ def cmd_check(config: Config, args) -> int:
             trained = server.window(name)
             fit = server.memory_fit(name, ask_loaded=True)
             window, why = window_limit(config, name, trained, fit.cap if fit else None)
-            marker = "*" if name == config.ollama.model else " "
+            marker = "*" if name == config.model_server.model else " "
             if "embedding" in server.facts(name).capabilities and "completion" not in server.facts(name).capabilities:
                 print(f"{marker} {name}: embedding model (retrieval search by meaning), input {trained or 'unknown'} tokens")
                 continue
@@ -239,10 +239,10 @@ def cmd_check(config: Config, args) -> int:
             print(f"  {name}: {_token_counts(server, name)}")
         except ModelError as exc:
             problems.append(f"{name}: {exc}")
-    if config.ollama.model not in models:
-        hint = (f"ollama pull {config.ollama.model}" if config.ollama.api == "native"
+    if config.model_server.model not in models:
+        hint = (f"ollama pull {config.model_server.model}" if config.model_server.api == "native"
                 else f"{server.name} serves {', '.join(models) or 'none'}")
-        problems.append(f"the configured model '{config.ollama.model}' is not installed: {hint}")
+        problems.append(f"the configured model '{config.model_server.model}' is not installed: {hint}")
     for path in (config.workspace_path, config.sessions_path):
         if path.exists() and not os.access(path, os.W_OK):
             problems.append(f"{path} is not writable")
@@ -250,7 +250,7 @@ def cmd_check(config: Config, args) -> int:
         print(f"problem: {problem}")
     if problems:
         return 1
-    print(f"model: {config.ollama.model}")
+    print(f"model: {config.model_server.model}")
     print("ok")
     return 0
 

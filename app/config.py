@@ -31,12 +31,10 @@ API_KINDS = ("native", "openai")     # model_server.api: the kinds of model serv
 # The model server's section in harvey.yaml is ``model_server:`` (Ollama or an OpenAI-compatible
 # server alike); files written before it was renamed say ``ollama:``, still read (with a log line).
 SECTION, OLD_SECTION = "model_server", "ollama"
-# Config's attribute for that section, where it is not named like the section.
-_FIELD_OF_KEY = {SECTION: "ollama"}
 
 
 @dataclass(frozen=True)
-class OllamaConfig:
+class ModelServerConfig:
     url: str = "http://127.0.0.1:11434"
     # The server's API: "native" (Ollama's own) or "openai" (an OpenAI-compatible server that
     # refuses over-long prompts: llama-server, llamafile, vLLM; see harvey.yaml.example).
@@ -134,7 +132,7 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class Config:
-    ollama: OllamaConfig = field(default_factory=OllamaConfig)
+    model_server: ModelServerConfig = field(default_factory=ModelServerConfig)
     models: dict[str, ModelConfig] = field(default_factory=dict)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -243,21 +241,16 @@ def _build(cls, data: dict, source: str, prefix: str):
     """Build dataclass ``cls`` from ``data``, checking every key and type."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: key '{prefix.rstrip('.')}': expected a mapping, got {_kind(data)}")
-    keys = {_key_of(f.name): f.name for f in dataclasses.fields(cls) if f.name != "source"}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}
     hints = typing.get_type_hints(cls)
-    unknown = sorted(set(data) - set(keys))
+    unknown = sorted(set(data) - set(fields))
     if unknown:
-        known = ", ".join(sorted(keys))
+        known = ", ".join(sorted(fields))
         raise ConfigError(f"{source}: unknown key '{prefix}{unknown[0]}' (known keys here: {known})")
-    values = {keys[key]: _value(hints[keys[key]], raw, source, f"{prefix}{key}") for key, raw in data.items()}
+    values = {name: _value(hints[name], raw, source, f"{prefix}{name}") for name, raw in data.items()}
     obj = cls(**values)
     _check(obj, source, prefix)
     return obj
-
-
-def _key_of(name: str) -> str:
-    """The file's key for the attribute ``name``."""
-    return next((key for key, field_name in _FIELD_OF_KEY.items() if field_name == name), name)
 
 
 def _value(hint, raw, source: str, key: str):
@@ -347,7 +340,7 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("auth", "one of auto, password, none", obj.auth)
         if not obj.user_name.strip():
             raise bad("user_name", "a non-empty name", obj.user_name)
-    elif isinstance(obj, OllamaConfig):
+    elif isinstance(obj, ModelServerConfig):
         if not obj.url.startswith(("http://", "https://")):
             raise bad("url", "an http:// or https:// URL", obj.url)
         if obj.api not in API_KINDS:
@@ -372,16 +365,16 @@ def _check(obj, source: str, prefix: str) -> None:
 
 def _apply_env(config: Config, env) -> Config:
     """Apply OLLAMA_HOST / HARVEY_MODEL overrides."""
-    ollama = config.ollama
+    server = config.model_server
     host = env.get("OLLAMA_HOST")
     if host:
         url = host if host.startswith(("http://", "https://")) else f"http://{host}"
         if url.count(":") < 2:  # no port given: Ollama's default
             url = f"{url}:11434"
-        ollama = dataclasses.replace(ollama, url=url.rstrip("/"))
+        server = dataclasses.replace(server, url=url.rstrip("/"))
     if env.get("HARVEY_MODEL"):
-        ollama = dataclasses.replace(ollama, model=env["HARVEY_MODEL"])
-    return dataclasses.replace(config, ollama=ollama)
+        server = dataclasses.replace(server, model=env["HARVEY_MODEL"])
+    return dataclasses.replace(config, model_server=server)
 
 
 def _kind(value) -> str:

@@ -102,7 +102,7 @@ class Services:
         svc.streams = StreamGate(config.server.stream_limit, config.server.stream_lifetime_s)
         svc.on_close("event streams", lambda reason, deadline: svc.streams.close_all())
         svc.on_close("worker", lambda reason, deadline: _stop_worker(svc.worker, reason, deadline))
-        chat = config.ollama.model          # seed 004's help asks the configured chat model
+        chat = config.model_server.model          # seed 004's help asks the configured chat model
         chunk_help = ChunkHelp(llmhelp.Help.from_config(config.chunking), chat,
                                window=lambda: context_window(config, chat, models.window(chat),
                                                              models.memory_window(chat)),

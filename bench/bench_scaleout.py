@@ -104,11 +104,11 @@ def twenty_chunks() -> str:
 
 def with_parallel(config, parallel: int):
     """``config`` with ``ollama.parallel``; a checkout without that setting can run parallel 1 only."""
-    if "parallel" not in {f.name for f in dataclasses.fields(config.ollama)}:
+    if "parallel" not in {f.name for f in dataclasses.fields(config.model_server)}:
         if parallel > 1:
             raise SystemExit("bench_scaleout: this checkout has no ollama.parallel (issue 24's parallel map calls)")
         return config
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=parallel))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, parallel=parallel))
 
 
 def one_run(document: str, servers: int, balanced: bool, parallel: int, args, balancer_folder: Path) -> dict:

@@ -21,7 +21,7 @@ def test_missing_file_gives_defaults(tmp_path):
     config = load_config(tmp_path / "nope.yaml", env={})
     assert config.chunking.threshold == 0.80 and config.chunking.chunk_size_tokens == 1500
     assert config.chunking.max_chunks == 20 and config.chunking.overlap == "paragraph"
-    assert config.ollama.url == "http://127.0.0.1:11434"
+    assert config.model_server.url == "http://127.0.0.1:11434"
 
 
 def test_example_documents_every_key_and_loads():
@@ -32,12 +32,11 @@ def test_example_documents_every_key_and_loads():
     for f in dataclasses.fields(Config):
         if f.name == "source":
             continue
-        key = "model_server" if f.name == "ollama" else f.name      # the section is named for any server
-        assert key in data, f"harvey.yaml.example lacks '{key}'"
+        assert f.name in data, f"harvey.yaml.example lacks '{f.name}'"
         sub = getattr(Config(), f.name)
         if dataclasses.is_dataclass(sub):
             for g in dataclasses.fields(sub):
-                assert g.name in data[key], f"harvey.yaml.example lacks '{key}.{g.name}'"
+                assert g.name in data[f.name], f"harvey.yaml.example lacks '{f.name}.{g.name}'"
     text = EXAMPLE.read_text()
     for line in text.splitlines():
         if line.strip() and not line.lstrip().startswith("#") and ":" in line and not line.startswith("  llama3.2"):
@@ -81,8 +80,8 @@ def test_the_model_server_section_is_read_and_its_old_name_too_with_a_log_line(t
     assert not caplog.records
     with caplog.at_level("WARNING", logger="app.config"):
         old = load_config(write(tmp_path, text.format("ollama")), env={})
-    assert new.ollama == old.ollama
-    assert (new.ollama.url, new.ollama.api, new.ollama.model, new.ollama.parallel) == ("http://box:8080", "openai",
+    assert new.model_server == old.model_server
+    assert (new.model_server.url, new.model_server.api, new.model_server.model, new.model_server.parallel) == ("http://box:8080", "openai",
                                                                                         "m1", 2)
     (record,) = caplog.records
     assert "'ollama:' is now called 'model_server:'" in record.getMessage() and "rename" in record.getMessage()
@@ -91,11 +90,11 @@ def test_the_model_server_section_is_read_and_its_old_name_too_with_a_log_line(t
 def test_the_old_chunking_concurrency_lands_in_the_model_server_section(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="app.config"):
         config = load_config(write(tmp_path, "chunking:\n  concurrency: 3\n"), env={})
-    assert config.ollama.parallel == 3 and "now model_server.parallel" in caplog.text
+    assert config.model_server.parallel == 3 and "now model_server.parallel" in caplog.text
 
 
 def test_environment_overrides_url_and_model(tmp_path):
     path = write(tmp_path, "model_server:\n  url: http://a:1\n  model: m1\n")
     config = load_config(path, env={"OLLAMA_HOST": "10.0.0.5", "HARVEY_MODEL": "m2"})
-    assert config.ollama.url == "http://10.0.0.5:11434" and config.ollama.model == "m2"
-    assert load_config(path, env={"OLLAMA_HOST": "http://h:99/"}).ollama.url == "http://h:99"
+    assert config.model_server.url == "http://10.0.0.5:11434" and config.model_server.model == "m2"
+    assert load_config(path, env={"OLLAMA_HOST": "http://h:99/"}).model_server.url == "http://h:99"

@@ -323,7 +323,7 @@ def test_an_openai_servers_embedding_model_is_not_in_the_picker(tmp_path, make_l
     with ScriptedOpenAI(models={"qwen-chat": 4096, "jina-vectors-v3": 512}) as server:
         server.types = {"qwen-chat": "llm", "jina-vectors-v3": "embeddings"}   # a name that does not say it embeds
         config = make_config(tmp_path, server.url, model="qwen-chat")
-        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai"))
+        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai"))
         live = make_live(config)
         assert _picker(live.get("/").text) == ["qwen-chat"]
 

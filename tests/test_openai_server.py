@@ -15,7 +15,7 @@ import pytest
 
 from app import modelserver
 from app.budget import context_window
-from app.config import BudgetConfig, ChatConfig, Config, ConfigError, ModelConfig, OllamaConfig, load_config
+from app.config import BudgetConfig, ChatConfig, Config, ConfigError, ModelConfig, ModelServerConfig, load_config
 from app.modelserver import errors
 from app.modelserver.openai import OpenAIServer
 from app.sessions import fountain
@@ -82,7 +82,7 @@ def test_the_window_is_llama_servers_slot_context_from_props(llama):
     assert models.window("tiny:1b") == 4096 and models.models() == ["tiny:1b"]
     models.window("tiny:1b")
     assert llama.paths().count("/props") == 1           # asked once
-    config = Config(ollama=OllamaConfig(default_context_window=8192))
+    config = Config(model_server=ModelServerConfig(default_context_window=8192))
     assert context_window(config, "tiny:1b", models.window("tiny:1b")) == 4096   # never more than the server's
 
 
@@ -96,7 +96,7 @@ def test_a_server_that_says_no_window_leaves_the_configured_one(vllm):
     vllm.kind = "other"                                 # no /props, no max_model_len
     models = client(vllm)
     assert models.window("org/tiny") is None
-    config = Config(ollama=OllamaConfig(default_context_window=3072))
+    config = Config(model_server=ModelServerConfig(default_context_window=3072))
     assert context_window(config, "org/tiny", models.window("org/tiny")) == 3072
 
 
@@ -221,7 +221,7 @@ def test_api_openai_in_harvey_yaml_chooses_the_openai_server(tmp_path, llama):
     path = tmp_path / "harvey.yaml"
     path.write_text(f"model_server:\n  url: {llama.url}\n  api: openai\n  model: tiny:1b\n")
     config = load_config(path, env={})
-    assert config.ollama.api == "openai"
+    assert config.model_server.api == "openai"
     models = modelserver.connect(config)
     assert isinstance(models, OpenAIServer) and models.chat_text("tiny:1b", HI, num_ctx=4096)[0] == "You said: hi"
     assert type(modelserver.connect(Config())).__name__ == "OllamaServer"     # native stays the default
@@ -238,7 +238,7 @@ def test_a_bad_api_value_is_one_clear_error(tmp_path):
 
 def openai_config(tmp_path, url, model="tiny:1b", **ollama):
     config = make_config(tmp_path, url, model=model)
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", **ollama))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai", **ollama))
 
 
 def follow(live, name, total: float = 60.0):

@@ -190,7 +190,7 @@ def test_bad_memory_settings_are_refused_with_the_key(tmp_path):
     with pytest.raises(ConfigError, match="model_server.kv_cache_type': expected one of f32, f16"):
         load_config(path, env={})
     path.write_text("model_server:\n  server_memory: 8G\n  kv_cache_type: Q8_0\n")
-    assert load_config(path, env={}).ollama.server_memory == "8G"
+    assert load_config(path, env={}).model_server.server_memory == "8G"
 
 
 def test_the_gemma_facts_are_the_gguf_files():
@@ -243,7 +243,7 @@ def no_ollama_env(monkeypatch):
 def live_with(tmp_path, scripted, make_live, model, memory, parallel, **models):
     install(scripted, model)
     config = make_config(tmp_path, scripted.url, model=model)
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory=memory,
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory=memory,
                                                                     parallel=parallel),
                                  models={name: ModelConfig(context_window=w) for name, w in models.items()})
     return make_live(config)
@@ -320,7 +320,7 @@ def test_harvey_check_prints_the_figures(tmp_path, scripted, capsys, no_ollama_e
     from app.cli import cmd_check
     install(scripted, "llama3.1:8b")
     config = make_config(tmp_path, scripted.url, model="llama3.1:8b")
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory="8G", parallel=4))
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory="8G", parallel=4))
     assert cmd_check(config, None) == 0
     out = capsys.readouterr().out
     assert "llama3.1:8b: trained context 131072, window used (num_ctx) 4352 (memory limits it)" in out
@@ -342,9 +342,9 @@ def test_harvey_check_prints_the_figures(tmp_path, scripted, capsys, no_ollama_e
 
 def test_connect_reads_the_settings_for_ollama_only(tmp_path, no_ollama_env):
     config = make_config(tmp_path, "http://127.0.0.1:9")
-    native = connect(dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory="2G")))
+    native = connect(dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory="2G")))
     assert native.machine.memory == 2 * GiB
-    openai = connect(dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai")))
+    openai = connect(dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai")))
     assert openai.machine is None and openai.memory_window("any") is None
     native.close()
     openai.close()

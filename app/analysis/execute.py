@@ -108,7 +108,7 @@ class Execution:
         activity = self.runner._activity_of(job)
         if activity is None:
             return True             # the job no longer holds its session: it was stopped
-        return MapQueue(self, job, doc, activity, self.svc.config.ollama.parallel).run()
+        return MapQueue(self, job, doc, activity, self.svc.config.model_server.parallel).run()
 
     def _pause(self, job: Job, part: Part, seconds: float) -> bool:
         """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a

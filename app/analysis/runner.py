@@ -313,7 +313,7 @@ class JobRunner:
         try:
             return routing.resolve(mention, self.svc.models.models()), text
         except routing.UnknownModel as exc:
-            hint = f" Install it with: ollama pull {mention}" if self.svc.config.ollama.api == "native" else ""
+            hint = f" Install it with: ollama pull {mention}" if self.svc.config.model_server.api == "native" else ""
             raise JobError(f"{exc}{hint}") from None
 
     def decline(self, job: Job) -> None:

@@ -133,7 +133,7 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     models, _ = installed(svc)
     turns = session.turns
     stop = len(turns) if stop is None else min(stop, len(turns))
-    views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.ollama.api)
+    views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.model_server.api)
              for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
     last = by_index.get(len(turns) - 1)
