@@ -31,7 +31,6 @@ def create_app(config=None, *, services=None):
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_upload_mb * 1024 * 1024 + 64 * 1024
     app.config["SEND_FILE_MAX_AGE_DEFAULT"] = 3600   # static files: no re-check on every page load
     app.extensions["harvey"] = services or Services.from_config(config)
-    app.extensions["harvey"].extra["app"] = app  # background workers render with it
     security.init_app(app, login_gate=auth.init_app)
     app.register_error_handler(HarveyError, _harvey_error)
     for module in (health, chat, files, analysis, sessions):

@@ -82,7 +82,7 @@ def window_limit(config: Config, model: str, trained: int | None,
     """The window and what sets it: "configured", "trained", "default" or "memory" (the status
     line says so when it is the memory, not the model)."""
     configured = config.model(model).context_window
-    default = config.ollama.default_context_window
+    default = config.model_server.default_context_window
     if configured:
         window, why = configured, "configured"
     elif trained and trained < default:

@@ -79,13 +79,13 @@ def cmd_serve(config: Config, args) -> int:
                 return 1
         else:
             log.warning("%s is not answering at %s; the app will say so and recover when it comes up.",
-                        probe.name, config.ollama.url)
+                        probe.name, config.model_server.url)
     app = create_app(config)
     channels: dict = {}         # waitress's socket map: the listening socket and every open connection
     server = make_server(app, server_cfg, channels)
     log.info("Harvey Web %s listening on %s", _version(), listen_urls(server_cfg.host, server.effective_port))
     log.info("Sessions in %s; workspace %s; %s at %s, model %s", config.sessions_path,
-             config.workspace_path, app.extensions["harvey"].models.name, config.ollama.url, config.ollama.model)
+             config.workspace_path, app.extensions["harvey"].models.name, config.model_server.url, config.model_server.model)
     try:
         return serve_until_signalled(server, channels, app.extensions["harvey"])
     finally:
@@ -107,18 +107,17 @@ def serve_until_signalled(server, channels: dict, svc) -> int:
     ``channels``: the socket map the server was made with (``make_server``): this loop runs
     it itself, so that it can stop listening between polls and flush the open connections.
 
-    On the first signal: stop accepting connections; stop every reply in flight and
-    record it with what arrived and an "interrupted" note (the page offers Re-send);
-    end the open event streams; stop the analysis request in flight (the job stays
-    "running" on disk, so the next start offers Resume); let waitress send what is
-    still buffered; exit. A second signal exits at once (exit status 1).
+    On the first signal: stop accepting connections; ``svc.close()``, which stops the
+    analysis request in flight (the job stays "running" on disk, so the next start
+    offers Resume) and the index builds, stops every reply in flight and records it
+    with what arrived and an "interrupted" note (the page offers Re-send), ends the
+    open event streams and closes the model client; let waitress send what is still
+    buffered; exit. A second signal exits at once (exit status 1).
     """
     import threading
 
     from waitress import wasyncore
     from waitress.channel import HTTPChannel
-
-    from .events import gate_for
 
     stopping, settled = threading.Event(), threading.Event()
     adj = server.adj
@@ -126,13 +125,7 @@ def serve_until_signalled(server, channels: dict, svc) -> int:
     def graceful(reason: str) -> None:
         server.pull_trigger()                  # wake the loop: it closes the listening socket
         try:
-            if svc.jobs:
-                svc.jobs.shutdown()            # the running analysis becomes resumable
-            cut = svc.worker.shutdown(reason, timeout=SHUTDOWN_REPLIES_S)
-            if cut:
-                log.info("interrupted %d piece(s) of model work in flight; replies recorded with what "
-                         "arrived", len(cut))
-            gate_for(svc).close_all()
+            svc.close(reason, timeout=SHUTDOWN_REPLIES_S)   # its stops log their own failures
         except Exception:
             log.exception("graceful shutdown failed part-way")
         finally:
@@ -208,11 +201,11 @@ def _start_demo(config: Config):
         demo = DemoServer(model_name=name)
         demo.start()
     except DemoUnavailable as exc:
-        print(f"harvey: no Ollama at {config.ollama.url}, and {exc}", file=sys.stderr)
+        print(f"harvey: no Ollama at {config.model_server.url}, and {exc}", file=sys.stderr)
         return None, config
-    log.info("No Ollama at %s: using the bundled demo model %s at %s", config.ollama.url, name, demo.url)
-    ollama = dataclasses.replace(config.ollama, url=demo.url, model=name)
-    return demo, dataclasses.replace(config, ollama=ollama)
+    log.info("No Ollama at %s: using the bundled demo model %s at %s", config.model_server.url, name, demo.url)
+    ollama = dataclasses.replace(config.model_server, url=demo.url, model=name)
+    return demo, dataclasses.replace(config, model_server=ollama)
 
 
 def _version() -> str:
@@ -227,7 +220,7 @@ def cmd_check(config: Config, args) -> int:
     from .modelserver import ModelError, connect
 
     print(f"config: {config.source}")
-    print(f"ollama: {config.ollama.url}")
+    print(f"model_server: {config.model_server.url} (api: {config.model_server.api})")
     server = connect(config, read_timeout=30)
     if server.machine is not None and server.machine.memory is None:
         print(f"memory: {server.machine.memory_source} (no cap on the window)")
@@ -243,7 +236,7 @@ def cmd_check(config: Config, args) -> int:
             trained = server.window(name)
             fit = server.memory_fit(name, ask_loaded=True)
             window, why = window_limit(config, name, trained, fit.cap if fit else None)
-            marker = "*" if name == config.ollama.model else " "
+            marker = "*" if name == config.model_server.model else " "
             if "embedding" in server.facts(name).capabilities and "completion" not in server.facts(name).capabilities:
                 print(f"{marker} {name}: embedding model (retrieval search by meaning), input {trained or 'unknown'} tokens")
                 continue
@@ -254,10 +247,10 @@ def cmd_check(config: Config, args) -> int:
             print(f"  {name}: {_token_counts(server, name)}")
         except ModelError as exc:
             problems.append(f"{name}: {exc}")
-    if config.ollama.model not in models:
-        hint = (f"ollama pull {config.ollama.model}" if config.ollama.api == "native"
+    if config.model_server.model not in models:
+        hint = (f"ollama pull {config.model_server.model}" if config.model_server.api == "native"
                 else f"{server.name} serves {', '.join(models) or 'none'}")
-        problems.append(f"the configured model '{config.ollama.model}' is not installed: {hint}")
+        problems.append(f"the configured model '{config.model_server.model}' is not installed: {hint}")
     for path in (config.workspace_path, config.sessions_path):
         if path.exists() and not os.access(path, os.W_OK):
             problems.append(f"{path} is not writable")
@@ -265,7 +258,7 @@ def cmd_check(config: Config, args) -> int:
         print(f"problem: {problem}")
     if problems:
         return 1
-    print(f"model: {config.ollama.model}")
+    print(f"model: {config.model_server.model}")
     print("ok")
     return 0
 

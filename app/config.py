@@ -26,11 +26,15 @@ from .errors import ConfigError  # noqa: E402,F401 (the config's error lives in 
 
 log = logging.getLogger(__name__)
 
-API_KINDS = ("native", "openai")     # ollama.api: the kinds of model server app.modelserver can talk to
+API_KINDS = ("native", "openai")     # model_server.api: the kinds of model server app.modelserver can talk to
+
+# The model server's section in harvey.yaml is ``model_server:`` (Ollama or an OpenAI-compatible
+# server alike); files written before it was renamed say ``ollama:``, still read (with a log line).
+SECTION, OLD_SECTION = "model_server", "ollama"
 
 
 @dataclass(frozen=True)
-class OllamaConfig:
+class ModelServerConfig:
     url: str = "http://127.0.0.1:11434"
     # The server's API: "native" (Ollama's own) or "openai" (an OpenAI-compatible server that
     # refuses over-long prompts: llama-server, llamafile, vLLM; see harvey.yaml.example).
@@ -128,7 +132,7 @@ class ServerConfig:
 
 @dataclass(frozen=True)
 class Config:
-    ollama: OllamaConfig = field(default_factory=OllamaConfig)
+    model_server: ModelServerConfig = field(default_factory=ModelServerConfig)
     models: dict[str, ModelConfig] = field(default_factory=dict)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -175,14 +179,27 @@ def load_config(path: str | os.PathLike | None = None, env: dict | None = None) 
     data: dict = {}
     if path and Path(path).exists():
         data = _read_yaml(Path(path))
-    config = _build(Config, _fold_old_keys(data, source), source, prefix="")
+    config = _build(Config, _fold_old_keys(_renamed_section(data, source), source), source, prefix="")
     config = dataclasses.replace(config, source=source)
     return _apply_env(config, env)
 
 
+def _renamed_section(data: dict, source: str) -> dict:
+    """The ``ollama:`` section of an older file, read as ``model_server:`` (the log says to rename it);
+    both in one file is an error: which one is meant cannot be guessed."""
+    if OLD_SECTION not in data:
+        return data
+    if SECTION in data:
+        raise ConfigError(f"{source}: both '{SECTION}:' and '{OLD_SECTION}:' are set; '{OLD_SECTION}:' is the "
+                          f"old name of '{SECTION}:': keep one section (move its keys into '{SECTION}:')")
+    log.warning("%s: the section '%s:' is now called '%s:' (for any model server); rename it in the file",
+                source, OLD_SECTION, SECTION)
+    return {(SECTION if key == OLD_SECTION else key): value for key, value in data.items()}
+
+
 def _fold_old_keys(data: dict, source: str) -> dict:
     """Keys of older files, moved: ``chunking.concurrency`` (documented, never read) is now
-    ``ollama.parallel``; an old file still loads, its value is used unless the new key is set,
+    ``model_server.parallel``; an old file still loads, its value is used unless the new key is set,
     and the log names the new key."""
     chunking = data.get("chunking")
     if not isinstance(chunking, dict) or "concurrency" not in chunking:
@@ -191,14 +208,14 @@ def _fold_old_keys(data: dict, source: str) -> dict:
     value = chunking.pop("concurrency")
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{source}: key 'chunking.concurrency': expected a whole number of at least 1, got "
-                          f"{value!r} (the key is now ollama.parallel)")
-    ollama = data.get("ollama") if isinstance(data.get("ollama"), dict) else {}
-    log.warning("%s: chunking.concurrency is now ollama.parallel (calls in flight at once); %s", source,
-                "ollama.parallel is set, so chunking.concurrency is ignored" if "parallel" in ollama
-                else f"using {value} as ollama.parallel")
+                          f"{value!r} (the key is now {SECTION}.parallel)")
+    server = data.get(SECTION) if isinstance(data.get(SECTION), dict) else {}
+    log.warning("%s: chunking.concurrency is now %s.parallel (calls in flight at once); %s", source, SECTION,
+                f"{SECTION}.parallel is set, so chunking.concurrency is ignored" if "parallel" in server
+                else f"using {value} as {SECTION}.parallel")
     folded = {**data, "chunking": chunking}
-    if "ollama" not in data or isinstance(data.get("ollama"), dict):
-        folded["ollama"] = {"parallel": value, **ollama}
+    if SECTION not in data or isinstance(data.get(SECTION), dict):
+        folded[SECTION] = {"parallel": value, **server}
     return folded
 
 
@@ -323,7 +340,7 @@ def _check(obj, source: str, prefix: str) -> None:
             raise bad("auth", "one of auto, password, none", obj.auth)
         if not obj.user_name.strip():
             raise bad("user_name", "a non-empty name", obj.user_name)
-    elif isinstance(obj, OllamaConfig):
+    elif isinstance(obj, ModelServerConfig):
         if not obj.url.startswith(("http://", "https://")):
             raise bad("url", "an http:// or https:// URL", obj.url)
         if obj.api not in API_KINDS:
@@ -348,16 +365,16 @@ def _check(obj, source: str, prefix: str) -> None:
 
 def _apply_env(config: Config, env) -> Config:
     """Apply OLLAMA_HOST / HARVEY_MODEL overrides."""
-    ollama = config.ollama
+    server = config.model_server
     host = env.get("OLLAMA_HOST")
     if host:
         url = host if host.startswith(("http://", "https://")) else f"http://{host}"
         if url.count(":") < 2:  # no port given: Ollama's default
             url = f"{url}:11434"
-        ollama = dataclasses.replace(ollama, url=url.rstrip("/"))
+        server = dataclasses.replace(server, url=url.rstrip("/"))
     if env.get("HARVEY_MODEL"):
-        ollama = dataclasses.replace(ollama, model=env["HARVEY_MODEL"])
-    return dataclasses.replace(config, ollama=ollama)
+        server = dataclasses.replace(server, model=env["HARVEY_MODEL"])
+    return dataclasses.replace(config, model_server=server)
 
 
 def _kind(value) -> str:

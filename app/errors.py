@@ -79,3 +79,9 @@ class Conflict(HarveyError):
 
     kind = "conflict"
     status = 409
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message on one line (its class's name when it has none): a card and a log
+    line show it whole."""
+    return " ".join(str(exc).split()) or type(exc).__name__

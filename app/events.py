@@ -236,12 +236,8 @@ class Slot:
 
 
 def gate_for(svc) -> StreamGate:
-    """The app's one stream gate, made on first use from ``server`` settings."""
-    gate = svc.extra.get("streams")
-    if gate is None:
-        server = svc.config.server
-        gate = svc.extra.setdefault("streams", StreamGate(server.stream_limit, server.stream_lifetime_s))
-    return gate
+    """The app's one stream gate (``Services.from_config`` makes it from ``server`` settings)."""
+    return svc.streams
 
 
 def last_event_id(headers, args, key: str = "") -> int | None:

@@ -79,7 +79,7 @@ def run(size: int) -> dict:
         raise SystemExit(demo_server.INSTALL_HINT)
     text = pydoc_markdown(size)
     with demo_server.DemoServer(threads=1) as model, tempfile.TemporaryDirectory() as tmp:
-        live = live_app(Path(tmp), model.url, ollama=_ollama(model))
+        live = live_app(Path(tmp), model.url, model_server=_ollama(model))
         try:
             workspace = Path(live.config.workspace)
             workspace.mkdir(parents=True, exist_ok=True)
@@ -127,9 +127,9 @@ def model_tokens(model, text: str) -> int:
 
 
 def _ollama(model):
-    from app.config import OllamaConfig
+    from app.config import ModelServerConfig
 
-    return OllamaConfig(url=model.url, model=model.model_name, connect_timeout_s=2.0, timeout_s=600.0)
+    return ModelServerConfig(url=model.url, model=model.model_name, connect_timeout_s=2.0, timeout_s=600.0)
 
 
 def main() -> None:

@@ -162,7 +162,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     config = make_config(Path(tmp), url, model=model)
                     if args.demo:       # the real model's first byte may take minutes on a busy machine
-                        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, timeout_s=600.0))
+                        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, timeout_s=600.0))
                     Path(config.workspace).mkdir(parents=True)
                     (Path(config.workspace) / "codes.md").write_text(text)
                     live = LiveApp(config)

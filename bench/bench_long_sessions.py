@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import machine, write_section  # noqa: E402
 from bench_sessions import Served  # noqa: E402
 
-from app.config import Config, OllamaConfig, ServerConfig  # noqa: E402
+from app.config import Config, ModelServerConfig, ServerConfig  # noqa: E402
 
 SECTION = "## Long sessions"
 T0 = datetime(2026, 1, 1, 8, 0, 0)
@@ -197,7 +197,7 @@ def main() -> None:
     parses = parse_sizes(root, counts, args.runs)
     loads = (began, " ".join(f"{x:.2f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config(ollama=OllamaConfig(url="http://127.0.0.1:9", connect_timeout_s=0.2),
+        config = Config(model_server=ModelServerConfig(url="http://127.0.0.1:9", connect_timeout_s=0.2),
                         server=ServerConfig(host="127.0.0.1", port=0), workspace=f"{tmp}/workspace",
                         sessions_dir=f"{tmp}/sessions", data_dir=f"{tmp}/data", user_name="pi")
         Path(config.sessions_dir).mkdir(parents=True)

@@ -267,10 +267,10 @@ for name in ("yaml", "markupsafe", "jinja2", "werkzeug", "flask", "httpx", "wait
 import app.web.analysis, app.web.chat, app.web.sessions, app.web.auth  # the app's own modules (+ what they import)
 print("+ app modules", rss())
 from app import create_app
-from app.config import Config, OllamaConfig
+from app.config import Config, ModelServerConfig
 import tempfile
 tmp = tempfile.mkdtemp()
-create_app(Config(ollama=OllamaConfig(url="http://127.0.0.1:9"), workspace=tmp + "/w", sessions_dir=tmp + "/s",
+create_app(Config(model_server=ModelServerConfig(url="http://127.0.0.1:9"), workspace=tmp + "/w", sessions_dir=tmp + "/s",
                   data_dir=tmp + "/d"))
 print("+ create_app()", rss())
 """

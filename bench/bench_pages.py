@@ -176,7 +176,7 @@ def main() -> None:
         (tmp / "sessions").mkdir()
         long_name = write_long_session(tmp / "sessions", 1 if args.weight_only else args.turns)
         long_size = (tmp / "sessions" / f"{long_name}.spmd").stat().st_size
-        served = Served(tmp, ollama.url)
+        served = Served(tmp, model_server.url)
         rows, chat_path, _ = page_weight(served)
         total = sum(r[2] for r in rows)
         total_gz = sum(r[3] for r in rows)
@@ -204,7 +204,7 @@ def main() -> None:
             served.stop()
             ollama.stop()
             ollama = TimedScripted(nodelay=False).start()
-            served = Served(tmp, ollama.url)
+            served = Served(tmp, model_server.url)
             first, whole, size = ttfb(served, chat_path, args.runs)
             results.append(["chat page, new session — scripted server with Nagle on", f"{size:,} B",
                             f"{median(first):.1f} ms", f"{percentile(first, 90):.1f} ms",

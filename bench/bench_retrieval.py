@@ -109,9 +109,9 @@ def bag_embedder(model: str, texts: list[str]) -> list[list[float]]:
 
 
 def server_embedder(url: str):
-    from app.config import Config, OllamaConfig
+    from app.config import Config, ModelServerConfig
     from app.modelserver import connect
-    server = connect(Config(ollama=OllamaConfig(url=url, timeout_s=3600)))
+    server = connect(Config(model_server=ModelServerConfig(url=url, timeout_s=3600)))
     return server.embed, server.window
 
 
@@ -162,7 +162,7 @@ def indexer_run(tokens: int, url: str | None = None, embed_model: str | None = N
     bag of words; with it, that server's ``embed_model`` (e.g. the demo's all-minilm, another process)
     does, and with ``chat_model`` one answer is timed too: a search and one chat request holding the
     top 8 passages, as the card's second choice sends."""
-    from app.config import Config, OllamaConfig, RetrievalConfig
+    from app.config import Config, ModelServerConfig, RetrievalConfig
     from app.modelserver import connect
     from app.retrieval.indexer import Indexer
     from app.work.activity import Activities
@@ -180,7 +180,7 @@ def indexer_run(tokens: int, url: str | None = None, embed_model: str | None = N
             server, where = None, f"{embed_model} at {url}, another process"
         path = Path(tmp) / "big.md"
         path.write_text(make_haystack(tokens), encoding="utf-8")
-        models = connect(Config(ollama=OllamaConfig(url=url, timeout_s=600.0)))
+        models = connect(Config(model_server=ModelServerConfig(url=url, timeout_s=600.0)))
         indexer = Indexer(Path(tmp) / "data", models, Worker(Activities()),
                           RetrievalConfig(embed_model=embed_model or "auto"))
         t0 = time.perf_counter()

@@ -14,10 +14,10 @@ cores and show nothing about two machines.
 
 Set-ups, a fresh app (tests/conftest.LiveApp under waitress) and fresh servers each run:
 
-* one server, the app pointed at it directly, ``ollama.parallel: 1`` (the Pi);
+* one server, the app pointed at it directly, ``model_server.parallel: 1`` (the Pi);
 * one server behind nginx, parallel 1 (what the balancer itself costs);
 * two servers behind nginx (deploy/nginx-model-servers.conf through tests/balancer.py),
-  ``ollama.parallel: 2``.
+  ``model_server.parallel: 2``.
 
 The document is the test suite's big.md, sized so that the plan is exactly 20 chunks and the
 server's token count agrees with the app's estimate for Markdown (no re-plan): every run makes
@@ -103,12 +103,12 @@ def twenty_chunks() -> str:
 
 
 def with_parallel(config, parallel: int):
-    """``config`` with ``ollama.parallel``; a checkout without that setting can run parallel 1 only."""
-    if "parallel" not in {f.name for f in dataclasses.fields(config.ollama)}:
+    """``config`` with ``model_server.parallel``; a checkout without that setting can run parallel 1 only."""
+    if "parallel" not in {f.name for f in dataclasses.fields(config.model_server)}:
         if parallel > 1:
-            raise SystemExit("bench_scaleout: this checkout has no ollama.parallel (issue 24's parallel map calls)")
+            raise SystemExit("bench_scaleout: this checkout has no model_server.parallel (issue 24's parallel map calls)")
         return config
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=parallel))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, parallel=parallel))
 
 
 def one_run(document: str, servers: int, balanced: bool, parallel: int, args, balancer_folder: Path) -> dict:

@@ -51,7 +51,7 @@ from _harness import ROOT, write_section  # noqa: E402
 from app import create_app
 from app.sessions import fountain  # noqa: E402
 from app.storage import atomic_write_text  # noqa: E402
-from app.config import Config, OllamaConfig, ServerConfig  # noqa: E402
+from app.config import Config, ModelServerConfig, ServerConfig  # noqa: E402
 
 SECTION = "## Session pages"
 WORDS = ("the a of and to in is was for on that with as by at from it this be are or raspberry pi model "
@@ -265,7 +265,7 @@ def main() -> None:
         search_bench(args)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config(ollama=OllamaConfig(url="http://127.0.0.1:9", connect_timeout_s=0.2),
+        config = Config(model_server=ModelServerConfig(url="http://127.0.0.1:9", connect_timeout_s=0.2),
                         server=ServerConfig(host="127.0.0.1", port=0), workspace=f"{tmp}/workspace",
                         sessions_dir=f"{tmp}/sessions", data_dir=f"{tmp}/data", user_name="pi")
         served = Served(config)

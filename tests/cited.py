@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from app import chunking
-from app.analysis.passages import source_of
+from app.chunking import source_of
 from app.sessions import fountain
 
 SETTINGS = chunking.ChunkSettings(size_tokens=120, overlap="none")
@@ -37,14 +37,14 @@ def chunk_holding(doc: chunking.Document, words: str) -> chunking.Chunk:
     return next(c for c in chunking.chunk_document(doc) if c.start <= at < c.end)
 
 
-def passage_for(doc: chunking.Document, chunk: chunking.Chunk, quotes: list[str]) -> fountain.Passage:
+def passage_for(doc: chunking.Document, chunk: chunking.Chunk, quotes: list[str]) -> fountain.CitedPassage:
     """The passage the analysis records for ``chunk`` (its range, lines, pages, heading path)."""
     pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-    return fountain.Passage(chunk.index + 1, chunk.start, chunk.end, (chunk.first_line, chunk.last_line), pages,
-                            " › ".join(chunk.heading_path), quotes)
+    return fountain.CitedPassage(chunk.index + 1, chunk.start, chunk.end, (chunk.first_line, chunk.last_line), pages,
+                                  " › ".join(chunk.heading_path), quotes)
 
 
-def analysis_of(doc: chunking.Document, file: str, passages: list[fountain.Passage]) -> fountain.ChunkAnalysis:
+def analysis_of(doc: chunking.Document, file: str, passages: list[fountain.CitedPassage]) -> fountain.ChunkAnalysis:
     total = len(chunking.chunk_document(doc))
     return fountain.ChunkAnalysis(file=file, chunks=total, model="TINY:1B", boundary=doc.boundary,
                                   chunk_size=SETTINGS.size_tokens, instruction="Find the codes.",

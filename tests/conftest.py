@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from scripted_ollama import ScriptedOllama  # noqa: E402
 from waiting import wait_for_exit, wait_until  # noqa: E402,F401 (the shared deadline-bounded waits)
 
-from app.config import ChunkingConfig, Config, OllamaConfig, ServerConfig  # noqa: E402
+from app.config import ChunkingConfig, Config, ModelServerConfig, ServerConfig  # noqa: E402
 
 # Property tests draw new cases on every local run (and keep what fails in .hypothesis/), which is how
 # the chunker's edge cases are found; in CI (CI=true) they draw the same cases every run, so a red CI is
@@ -56,7 +56,7 @@ def scripted():
 def make_config(tmp_path: Path, ollama_url: str, model: str = "tiny:1b", **overrides) -> Config:
     """A config whose folders all live under tmp_path."""
     config = Config(
-        ollama=OllamaConfig(url=ollama_url, model=model, connect_timeout_s=1.0, timeout_s=5.0),
+        model_server=ModelServerConfig(url=ollama_url, model=model, connect_timeout_s=1.0, timeout_s=5.0),
         workspace=str(tmp_path / "workspace"), sessions_dir=str(tmp_path / "sessions"),
         data_dir=str(tmp_path / "data"), user_name="tester",
         server=ServerConfig(host="127.0.0.1", port=0, threads=8), chunking=ChunkingConfig())
@@ -169,12 +169,7 @@ class LiveApp:
             return
         self.closing = True
         self.http.close()
-        from app.events import gate_for
-
-        gate_for(self.services).close_all()     # open event streams end now and free their threads
-        for activity in self.services.activities.running():
-            activity.stop()
-        self.services.jobs.shutdown()
+        self.services.close("the test app was closed", timeout=5)    # as `harvey serve` does at SIGTERM
         trigger = self.server.trigger
         if self.thread.is_alive():
             trigger.pull_trigger(self._close_channels)

@@ -34,7 +34,7 @@ def chat_config(tmp_path, url, **changes):
 
 def openai_config(tmp_path, url):
     config = make_config(tmp_path, url)
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai"))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai"))
 
 
 # -- 0: a chat reply has a cap of its own ----------------------------------------------------------
@@ -235,7 +235,7 @@ def harbour_slow(tmp_path, scripted, make_live):
     scripted.models[EMBEDDER] = 2048
     config = make_config(tmp_path, scripted.url)
     config = dataclasses.replace(config, retrieval=RetrievalConfig(),
-                                 ollama=dataclasses.replace(config.ollama, timeout_s=120.0))
+                                 model_server=dataclasses.replace(config.model_server, timeout_s=120.0))
     Path(config.workspace).mkdir(parents=True, exist_ok=True)
     (Path(config.workspace) / "harbour.md").write_text(haystack(150, {131: FACT}), encoding="utf-8")
     yield make_live(config)

@@ -129,7 +129,7 @@ def test_model_output_cannot_inject_script(live, scripted):
 ])
 def test_each_error_kind_shows_its_card_and_keeps_the_message(tmp_path, scripted, make_live, fault, title, words):
     config = make_config(tmp_path, scripted.url)
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, timeout_s=0.7))
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, timeout_s=0.7))
     live = make_live(config)
     scripted.script = Reply(text="0123456789abcdef", fault=fault)
     name = live.open_session()

@@ -26,7 +26,7 @@ def big_log(path: Path, megabytes: int) -> tuple[int, int]:
 def cited_session(live, start: int, end: int, source: str) -> str:
     analysis = fountain.ChunkAnalysis("app.log", 3, "tiny:1b", "paragraph", 1500, "When did the disk fill?", T0,
                                       ["ok", "ok", "ok"], "ok", source=source)
-    analysis.passages[2] = fountain.Passage(2, start, end, (1, 1), quotes=["THE DISK FILLED UP"])
+    analysis.passages[2] = fountain.CitedPassage(2, start, end, (1, 1), quotes=["THE DISK FILLED UP"])
     return write_session(live.services.store, T0, [("When did the disk fill?", "Here [2].", "tiny:1b")],
                          analysis=analysis)
 
@@ -78,7 +78,7 @@ def test_a_citation_opens_a_file_whose_name_has_two_spaces_a_tab_or_brackets(liv
         source = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
         analysis = fountain.ChunkAnalysis(file, 3, "tiny:1b", "paragraph", 1500, "When did the disk fill?", T0,
                                           ["ok", "ok", "ok"], "ok", source=source)
-        analysis.passages[2] = fountain.Passage(2, 4, 4 + len(FACT), (2, 2), quotes=["THE DISK FILLED UP"])
+        analysis.passages[2] = fountain.CitedPassage(2, 4, 4 + len(FACT), (2, 2), quotes=["THE DISK FILLED UP"])
         name = write_session(live.services.store, T0, [("When?", "Here [2].", "tiny:1b")], analysis=analysis)
         assert live.services.store.load(name).turns[0].analysis.file == file
         response = live.get(f"/s/{name}/turns/0/passages/2", headers={"HX-Request": "true"})

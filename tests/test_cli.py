@@ -62,7 +62,7 @@ def wait_for_url(proc, timeout=60) -> str:
 
 def write_config(folder: Path, ollama_url: str, model: str = "tiny:1b"):
     (folder / "harvey.yaml").write_text(
-        f"ollama:\n  url: {ollama_url}\n  model: {model}\n  timeout_s: 5\n"
+        f"model_server:\n  url: {ollama_url}\n  model: {model}\n  timeout_s: 5\n"
         f"server:\n  port: 0\nworkspace: ./ws\nsessions_dir: ./sessions\ndata_dir: ./data\nuser_name: tester\n")
 
 

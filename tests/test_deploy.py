@@ -298,7 +298,7 @@ def test_real_install_needs_root(stubs):
 def test_serve_logs_its_url_and_whether_a_password_is_asked(tmp_path, auth_mode, host, words):
     config = tmp_path / "harvey.yaml"
     config.write_text(f"auth: {auth_mode}\ndata_dir: {tmp_path}/data\nsessions_dir: {tmp_path}/s\n"
-                      f"workspace: {tmp_path}/w\nollama:\n  url: http://127.0.0.1:9\n")
+                      f"workspace: {tmp_path}/w\nmodel_server:\n  url: http://127.0.0.1:9\n")
     auth.set_password(tmp_path / "data", "a good password")
     process = subprocess.Popen([sys.executable, "-m", "app.cli", "--config", str(config), "serve",
                                 "--host", host, "--port", "0"], cwd=REPO, stderr=subprocess.PIPE, text=True,

@@ -184,7 +184,7 @@ def test_harvey_check_shows_an_embedding_model_as_one(tmp_path):
     root = Path(__file__).resolve().parent.parent
     with ScriptedOllama(models={"tiny:1b": 8192, "all-minilm": 512}) as server:
         server.capabilities = {"tiny:1b": ["completion"], "all-minilm": ["embedding"]}
-        (tmp_path / "harvey.yaml").write_text(f"ollama:\n  url: {server.url}\n  model: tiny:1b\n"
+        (tmp_path / "harvey.yaml").write_text(f"model_server:\n  url: {server.url}\n  model: tiny:1b\n"
                                               f"workspace: {tmp_path / 'ws'}\nsessions_dir: {tmp_path / 's'}\n"
                                               f"data_dir: {tmp_path / 'd'}\n")
         result = subprocess.run([sys.executable, "-m", "app.cli", "check"], cwd=tmp_path, capture_output=True,
@@ -323,7 +323,7 @@ def test_an_openai_servers_embedding_model_is_not_in_the_picker(tmp_path, make_l
     with ScriptedOpenAI(models={"qwen-chat": 4096, "jina-vectors-v3": 512}) as server:
         server.types = {"qwen-chat": "llm", "jina-vectors-v3": "embeddings"}   # a name that does not say it embeds
         config = make_config(tmp_path, server.url, model="qwen-chat")
-        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai"))
+        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai"))
         live = make_live(config)
         assert _picker(live.get("/").text) == ["qwen-chat"]
 

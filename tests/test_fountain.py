@@ -672,9 +672,9 @@ def test_the_round_trip_check_catches_a_harvey_style_writer(monkeypatch):
 
 def test_chunk_passages_are_notes_that_read_back():
     """#15: a cited chunk's range, heading path and quoted words survive the file (odd characters too)."""
-    passages = {2: spmd.Passage(2, 1200, 2480, (31, 58), None, "Setup › Keys, [[odd]] ones",
-                                ["the vault code is 4471", "ends in ]] here"]),
-                3: spmd.Passage(3, 2480, 3900, (58, 90), (4, 5))}
+    passages = {2: spmd.CitedPassage(2, 1200, 2480, (31, 58), None, "Setup › Keys, [[odd]] ones",
+                                      ["the vault code is 4471", "ends in ]] here"]),
+                3: spmd.CitedPassage(3, 2480, 3900, (58, 90), (4, 5))}
     a = spmd.ChunkAnalysis("doc.pdf", 3, "LLAMA3", "paragraph", 1500, "Find the codes.",
                            datetime(2026, 6, 27, 10, 4, 8), ["ok", "ok", "ok"], "ok",
                            passages=passages, source="sha256:0123abcd", relevant=2)

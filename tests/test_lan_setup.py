@@ -109,7 +109,7 @@ def test_a_password_file_that_cannot_be_read_is_logged_with_owner_and_fix(tmp_pa
 def _listening_line(tmp_path: Path, host: str) -> str:
     port = free_port()
     config = tmp_path / "harvey.yaml"
-    config.write_text(f"ollama:\n  url: http://127.0.0.1:{free_port()}\n  model: tiny:1b\n"
+    config.write_text(f"model_server:\n  url: http://127.0.0.1:{free_port()}\n  model: tiny:1b\n"
                       f"workspace: {tmp_path}/workspace\nsessions_dir: {tmp_path}/sessions\n"
                       f"data_dir: {tmp_path}/data\nserver:\n  host: {host}\n  port: {port}\n")
     log = open(tmp_path / f"serve-{host}.log", "w+")

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from app import modelserver
-from app.config import Config, OllamaConfig
+from app.config import Config, ModelServerConfig
 from app.modelserver import errors
 from app.modelserver.ollama import OllamaServer
 from scripted_ollama import Reply, ScriptedOllama
@@ -100,7 +100,7 @@ def test_embed_version_is_up_and_count_tokens(server):
 
 
 def test_connect_chooses_the_server_from_the_config(server):
-    models = modelserver.connect(Config(ollama=OllamaConfig(url=server.url + "/", keep_alive="")))
+    models = modelserver.connect(Config(model_server=ModelServerConfig(url=server.url + "/", keep_alive="")))
     assert isinstance(models, modelserver.ModelServer) and models.url == server.url
     models.chat_text("tiny:1b", HI, num_ctx=512)
     assert "keep_alive" not in server.chats()[-1].body

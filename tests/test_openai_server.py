@@ -1,5 +1,5 @@
 """The OpenAI-compatible server kind (issue 24): real HTTP against a scripted llama-server / vLLM,
-the app under waitress with ``ollama.api: openai``, and the real path against llama.cpp's own
+the app under waitress with ``model_server.api: openai``, and the real path against llama.cpp's own
 HTTP server (xllamacpp) with the bundled SmolLM2.
 
 Covers the stream (SSE pieces, ``[DONE]``, usage from ``stream_options``), the window (``/props``,
@@ -15,7 +15,7 @@ import pytest
 
 from app import modelserver
 from app.budget import context_window
-from app.config import BudgetConfig, ChatConfig, Config, ConfigError, ModelConfig, OllamaConfig, load_config
+from app.config import BudgetConfig, ChatConfig, Config, ConfigError, ModelConfig, ModelServerConfig, load_config
 from app.modelserver import errors
 from app.modelserver.openai import OpenAIServer
 from app.sessions import fountain
@@ -82,7 +82,7 @@ def test_the_window_is_llama_servers_slot_context_from_props(llama):
     assert models.window("tiny:1b") == 4096 and models.models() == ["tiny:1b"]
     models.window("tiny:1b")
     assert llama.paths().count("/props") == 1           # asked once
-    config = Config(ollama=OllamaConfig(default_context_window=8192))
+    config = Config(model_server=ModelServerConfig(default_context_window=8192))
     assert context_window(config, "tiny:1b", models.window("tiny:1b")) == 4096   # never more than the server's
 
 
@@ -96,7 +96,7 @@ def test_a_server_that_says_no_window_leaves_the_configured_one(vllm):
     vllm.kind = "other"                                 # no /props, no max_model_len
     models = client(vllm)
     assert models.window("org/tiny") is None
-    config = Config(ollama=OllamaConfig(default_context_window=3072))
+    config = Config(model_server=ModelServerConfig(default_context_window=3072))
     assert context_window(config, "org/tiny", models.window("org/tiny")) == 3072
 
 
@@ -219,9 +219,9 @@ def test_cancel_after_the_end_changes_nothing(llama):
 
 def test_api_openai_in_harvey_yaml_chooses_the_openai_server(tmp_path, llama):
     path = tmp_path / "harvey.yaml"
-    path.write_text(f"ollama:\n  url: {llama.url}\n  api: openai\n  model: tiny:1b\n")
+    path.write_text(f"model_server:\n  url: {llama.url}\n  api: openai\n  model: tiny:1b\n")
     config = load_config(path, env={})
-    assert config.ollama.api == "openai"
+    assert config.model_server.api == "openai"
     models = modelserver.connect(config)
     assert isinstance(models, OpenAIServer) and models.chat_text("tiny:1b", HI, num_ctx=4096)[0] == "You said: hi"
     assert type(modelserver.connect(Config())).__name__ == "OllamaServer"     # native stays the default
@@ -229,8 +229,8 @@ def test_api_openai_in_harvey_yaml_chooses_the_openai_server(tmp_path, llama):
 
 def test_a_bad_api_value_is_one_clear_error(tmp_path):
     path = tmp_path / "harvey.yaml"
-    path.write_text("ollama:\n  api: openAI-ish\n")
-    with pytest.raises(ConfigError, match=r"key 'ollama.api': expected native \(Ollama\) or openai .*'openAI-ish'"):
+    path.write_text("model_server:\n  api: openAI-ish\n")
+    with pytest.raises(ConfigError, match=r"key 'model_server.api': expected native \(Ollama\) or openai .*'openAI-ish'"):
         load_config(path, env={})
 
 
@@ -238,7 +238,7 @@ def test_a_bad_api_value_is_one_clear_error(tmp_path):
 
 def openai_config(tmp_path, url, model="tiny:1b", **ollama):
     config = make_config(tmp_path, url, model=model)
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", **ollama))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai", **ollama))
 
 
 def follow(live, name, total: float = 60.0):
@@ -377,7 +377,7 @@ def test_the_error_card_names_the_model_server_not_ollama(tmp_path, make_live):
     html = fragment if "is not running" in fragment else follow(live, name)[1]
     page = live.get(f"/s/{name}").text
     for shown in (html, page):
-        assert "The model server is not running" in shown and "Start it or check ollama.url" in shown
+        assert "The model server is not running" in shown and "Start it or check model_server.url" in shown
         assert "OpenAI-compatible server is not running at http://127.0.0.1:9" in shown
         assert "Ollama" not in shown and "ollama pull" not in shown
 

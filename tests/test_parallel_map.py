@@ -106,7 +106,7 @@ def parallel_config(tmp_path, scripted, parallel=2, **chunking):
     scripted.token_ratio = 0.5
     chunking.setdefault("max_chunks", 40)
     config = big_file_config(tmp_path, scripted, **chunking)
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=parallel))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, parallel=parallel))
 
 
 def timed_maps(delays: dict[int, float], default: float = 0.0):
@@ -289,7 +289,7 @@ def test_an_openai_servers_context_refusal_re_splits_the_chunk(tmp_path, make_li
 
     with ScriptedOpenAI(models={"tiny:1b": 8192}, script=held_first_map(script)) as server:
         config = big_file_config(tmp_path, server)
-        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai", parallel=2))
+        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai", parallel=2))
         live = make_live(config)
         _, job = run(live)
         assert job.state == "done" and len(seen) == 3

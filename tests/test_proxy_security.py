@@ -398,7 +398,7 @@ def test_harvey_serve_itself_asks_the_password_behind_its_trusted_proxy(tmp_path
     import queue
 
     config = tmp_path / "harvey.yaml"
-    config.write_text(f"ollama:\n  url: {scripted.url}\n  model: tiny:1b\n"
+    config.write_text(f"model_server:\n  url: {scripted.url}\n  model: tiny:1b\n"
                       f"server:\n  host: 127.0.0.1\n  port: 0\n  trusted_proxy: {PROXY}\n"
                       f"workspace: {tmp_path}/workspace\nsessions_dir: {tmp_path}/sessions\n"
                       f"data_dir: {tmp_path}/data\n")
@@ -528,7 +528,7 @@ def test_a_bare_proxy_pass_is_asked_the_password_and_harvey_check_says_why(tmp_p
     with client(live) as local:
         assert local.get("/", follow_redirects=True).status_code == 200          # this machine itself
     (tmp_path / "harvey.yaml").write_text(
-        f"ollama:\n  url: {scripted.url}\n  model: tiny:1b\nserver:\n  host: 127.0.0.1\n  port: {app_port}\n"
+        f"model_server:\n  url: {scripted.url}\n  model: tiny:1b\nserver:\n  host: 127.0.0.1\n  port: {app_port}\n"
         f"workspace: {tmp_path}/workspace\nsessions_dir: {tmp_path}/sessions\ndata_dir: {tmp_path}/data\n")
     check = subprocess.run([sys.executable, "-m", "app.cli", "--config", str(tmp_path / "harvey.yaml"), "check"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)

@@ -55,7 +55,7 @@ def real_config(tmp_path, demo_model):
     """The test config for the real model, whose first byte may take many seconds on a busy machine
     (it reads the whole prompt first): the 5 s read timeout is for the scripted server."""
     config = make_config(tmp_path, demo_model.url, model=MODEL)
-    return dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, timeout_s=120.0))
+    return dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, timeout_s=120.0))
 
 
 def small_window(config, window=512):

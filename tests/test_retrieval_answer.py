@@ -202,8 +202,8 @@ def test_cancel_while_indexing_then_a_restart_resumes_the_index(harbour, scripte
 
 def test_the_retrieval_scene_reads_back_with_its_rag_note_and_passages():
     """No chunk-result notes (no chunk was run), the rag note after the chunk note, every passage."""
-    passages = {7: spmd.Passage(7, 100, 900, (12, 30), None, "Intro › Cats"),
-                40: spmd.Passage(40, 5000, 6100, (200, 230), (9, 10))}
+    passages = {7: spmd.CitedPassage(7, 100, 900, (12, 30), None, "Intro › Cats"),
+                40: spmd.CitedPassage(40, 5000, 6100, (200, 230), (9, 10))}
     a = spmd.ChunkAnalysis("harbour.md", 150, "llama3.2:3b", "paragraph", 600, "What is the cat called?",
                            datetime(2026, 12, 1, 10, 0, 0), [], "ok", passages=passages,
                            source="sha256:0123abcd", chunk_bytes=2400,

@@ -108,7 +108,7 @@ def test_on_the_models_valid_boundaries_are_the_index_chunks_made_once(quay_app,
     path = Path(live.config.workspace) / "quay.md"
     doc = chunking.read_document(path, chunking.retrieval_settings())
     helped = llmhelp.helped_chunks(doc, llmhelp.Help(boundaries=True), lambda *a: every_piece(helps[0].body),
-                                   live.config.ollama.model)
+                                   live.config.model_server.model)
     key, texts = indexed_texts(live)
     assert texts == [c.text for c in helped] != default_texts(live)
     assert key != doc.fingerprint                                       # its own index, by the help fingerprint

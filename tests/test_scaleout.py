@@ -56,9 +56,9 @@ def answered(server) -> list[int]:
 
 
 def analysis_config(tmp_path, url: str, **ollama):
-    """The app pointed at ``url`` with ``ollama.parallel: 2``, and big.md in its workspace."""
+    """The app pointed at ``url`` with ``model_server.parallel: 2``, and big.md in its workspace."""
     config = make_config(tmp_path, url)
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, parallel=PARALLEL, **ollama),
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, parallel=PARALLEL, **ollama),
                                  chunking=dataclasses.replace(config.chunking, chunk_size_tokens=1500))
     Path(config.workspace).mkdir(parents=True)
     (Path(config.workspace) / "big.md").write_text(big_markdown())

@@ -465,7 +465,7 @@ def test_start_up_log_says_whether_a_password_is_asked(tmp_path, caplog, mode, h
         auth.set_password(config.data_path, PASSWORD)
     with caplog.at_level(logging.INFO, logger="app.auth"):
         app = create_app(config)
-    app.extensions["harvey"].jobs.shutdown()
+    app.extensions["harvey"].close()
     assert [r for r in caplog.records if words in r.getMessage() and r.levelno == level]
 
 

@@ -279,7 +279,7 @@ def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, s
         server.count_fn = reference.count
         config = make_config(tmp_path, server.url, model="smol:135m")
         # a window of 7,500: with the reply's 512 and an exact count's margin (2 %), about 6,800 free
-        config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, default_context_window=7500))
+        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, default_context_window=7500))
         workspace = Path(config.workspace)
         workspace.mkdir(parents=True)
         for name, seed in (("a.md", 1), ("b.md", 2)):

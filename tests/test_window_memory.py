@@ -174,7 +174,7 @@ def test_the_machine_figures_and_where_they_come_from(tmp_path):
     remote = machine_for("http://192.168.1.20:11434", 2, env={"OLLAMA_NUM_PARALLEL": "4"}, meminfo=meminfo)
     assert (remote.memory, remote.slots, remote.cache_type, remote.usable) == (None, 2, "f16", None)
     set_ = machine_for("http://192.168.1.20:11434", 2, "16G", "q4_0", env={}, meminfo=meminfo)
-    assert (set_.memory, set_.cache_type, set_.memory_source) == (16 * GiB, "q4_0", "ollama.server_memory")
+    assert (set_.memory, set_.cache_type, set_.memory_source) == (16 * GiB, "q4_0", "model_server.server_memory")
     assert is_loopback("http://localhost:11434") and is_loopback("http://[::1]:1") and not is_loopback("http://pi:1")
     assert parse_size("8G") == 8 * GiB and parse_size("8GB") == 8 * 10 ** 9 and parse_size("7.5GiB") == 7.5 * GiB
     with pytest.raises(ValueError):
@@ -183,14 +183,14 @@ def test_the_machine_figures_and_where_they_come_from(tmp_path):
 
 def test_bad_memory_settings_are_refused_with_the_key(tmp_path):
     path = tmp_path / "harvey.yaml"
-    path.write_text("ollama:\n  server_memory: lots\n")
-    with pytest.raises(ConfigError, match="ollama.server_memory': expected a size such as 8G"):
+    path.write_text("model_server:\n  server_memory: lots\n")
+    with pytest.raises(ConfigError, match="model_server.server_memory': expected a size such as 8G"):
         load_config(path, env={})
-    path.write_text("ollama:\n  kv_cache_type: q3\n")
-    with pytest.raises(ConfigError, match="ollama.kv_cache_type': expected one of f32, f16"):
+    path.write_text("model_server:\n  kv_cache_type: q3\n")
+    with pytest.raises(ConfigError, match="model_server.kv_cache_type': expected one of f32, f16"):
         load_config(path, env={})
-    path.write_text("ollama:\n  server_memory: 8G\n  kv_cache_type: Q8_0\n")
-    assert load_config(path, env={}).ollama.server_memory == "8G"
+    path.write_text("model_server:\n  server_memory: 8G\n  kv_cache_type: Q8_0\n")
+    assert load_config(path, env={}).model_server.server_memory == "8G"
 
 
 def test_the_gemma_facts_are_the_gguf_files():
@@ -243,7 +243,7 @@ def no_ollama_env(monkeypatch):
 def live_with(tmp_path, scripted, make_live, model, memory, parallel, **models):
     install(scripted, model)
     config = make_config(tmp_path, scripted.url, model=model)
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory=memory,
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory=memory,
                                                                     parallel=parallel),
                                  models={name: ModelConfig(context_window=w) for name, w in models.items()})
     return make_live(config)
@@ -320,12 +320,12 @@ def test_harvey_check_prints_the_figures(tmp_path, scripted, capsys, no_ollama_e
     from app.cli import cmd_check
     install(scripted, "llama3.1:8b")
     config = make_config(tmp_path, scripted.url, model="llama3.1:8b")
-    config = dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory="8G", parallel=4))
+    config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory="8G", parallel=4))
     assert cmd_check(config, None) == 0
     out = capsys.readouterr().out
     assert "llama3.1:8b: trained context 131072, window used (num_ctx) 4352 (memory limits it)" in out
     for figure in ("weights 4.58 GiB", "KV cache 128 KiB/token (f16, Ollama's default; 32 layers)",
-                   "slots 4 (ollama.parallel)", "memory 8.00 GiB (ollama.server_memory), reserve 1.20 GiB",
+                   "slots 4 (model_server.parallel)", "memory 8.00 GiB (model_server.server_memory), reserve 1.20 GiB",
                    "largest window that fits: 4,352 tokens"):
         assert figure in out
     # loaded (by an earlier run) with 512 MiB more than estimated: check reads /api/ps and says so
@@ -342,9 +342,9 @@ def test_harvey_check_prints_the_figures(tmp_path, scripted, capsys, no_ollama_e
 
 def test_connect_reads_the_settings_for_ollama_only(tmp_path, no_ollama_env):
     config = make_config(tmp_path, "http://127.0.0.1:9")
-    native = connect(dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, server_memory="2G")))
+    native = connect(dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, server_memory="2G")))
     assert native.machine.memory == 2 * GiB
-    openai = connect(dataclasses.replace(config, ollama=dataclasses.replace(config.ollama, api="openai")))
+    openai = connect(dataclasses.replace(config, model_server=dataclasses.replace(config.model_server, api="openai")))
     assert openai.machine is None and openai.memory_window("any") is None
     native.close()
     openai.close()

@@ -29,6 +29,7 @@ import time
 from .. import chunking
 from ..budget import observed_bpt
 from ..errors import HarveyError
+from ..errors import one_line as _one_line
 from ..modelserver import Cancelled, ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError
 from ..sessions import notes
 from ..work.activity import Part
@@ -89,11 +90,6 @@ def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer
             f"missing. {hint})*")
 
 
-def _one_line(exc: BaseException) -> str:
-    """An error's message on one line: a card and a log line show it whole."""
-    return " ".join(str(exc).split())
-
-
 class Execution:
     """One run of one job: its map calls and its reduce.  The runner builds one per run and keeps
     every piece of state (jobs, activities, the stop flag); this holds only the run's steps
@@ -108,14 +104,14 @@ class Execution:
     def map_all(self, job: Job, doc: chunking.Document) -> bool:
         """Map every chunk without an answer (a finished one is never redone); False when interrupted.
 
-        ``ollama.parallel`` calls run at once and results are recorded in chunk order
+        ``model_server.parallel`` calls run at once and results are recorded in chunk order
         (``inflight.MapQueue``); after each the rest may be re-planned from the file's measured
         bytes per token (``plan.replan``).
         """
         activity = self.steps.activity_of(job)
         if activity is None:
             return True             # the job no longer holds its session: it was stopped
-        return MapQueue(self, job, doc, activity, self.svc.config.ollama.parallel).run()
+        return MapQueue(self, job, doc, activity, self.svc.config.model_server.parallel).run()
 
     def _pause(self, job: Job, part: Part, seconds: float) -> bool:
         """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a

@@ -1,4 +1,4 @@
-"""The map calls of one run in flight: up to ``ollama.parallel`` at once, results in chunk order.
+"""The map calls of one run in flight: up to ``model_server.parallel`` at once, results in chunk order.
 
 A server that answers several calls at once (``OLLAMA_NUM_PARALLEL``, ``llama-server -np N``,
 two boxes behind a balancer) reads a file that many times faster; the Pi answers one

@@ -11,7 +11,7 @@ winner's change.
     state         meaning                                          -> next states
     proposed      the card asks for the instruction                -> queued, declined, discarded
     queued        waiting for the worker                           -> running, choose, interrupted, failed, discarded
-    running       map calls (ollama.parallel chunks at a time)     -> cancelling, synthesizing, confirm, interrupted,
+    running       map calls (model_server.parallel at a time)      -> cancelling, synthesizing, confirm, interrupted,
                                                                       failed, discarded
     cancelling    Cancel pressed; the request in flight is closed   -> choose, interrupted, failed, discarded
     synthesizing  combining the partial answers                    -> cancelling, done, interrupted, failed, discarded

@@ -1,7 +1,7 @@
 """A cited passage found again for the reader (issue #15): the text a citation [12] stands on.
 
 A cited answer's ``[12]`` names chunk 12 of the analysed file; the CHUNK ANALYSIS scene
-recorded where that chunk lies (``fountain.Passage``: character range, lines, pages, heading
+recorded where that chunk lies (``fountain.CitedPassage``: character range, lines, pages, heading
 path, the words its partial answer quoted) and the file's fingerprint then. This module reads
 that part of the file again, through the workspace as the analysis did (so a name in a session
 file cannot reach outside it, and a PDF or Word file gives its extracted text), and finds the
@@ -16,8 +16,8 @@ import hashlib
 from dataclasses import dataclass, field
 
 from .. import chunking
-from ..errors import HarveyError
-from ..sessions.fountain import ChunkAnalysis, Passage
+from ..errors import HarveyError, one_line
+from ..sessions.fountain import ChunkAnalysis, CitedPassage
 from ..workspace import Workspace
 from .quotes import Squashed
 
@@ -44,26 +44,21 @@ class Shown:
     """
 
     file: str
-    passage: Passage
+    passage: CitedPassage
     pieces: list[Piece] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     changed: bool = False
     problem: str = ""
 
 
-def passage_of(analysis: ChunkAnalysis | None, chunk: int) -> Passage | None:
+def passage_of(analysis: ChunkAnalysis | None, chunk: int) -> CitedPassage | None:
     """The recorded passage of chunk ``chunk`` (1-based), or None when the analysis has none for it."""
     if analysis is None:
         return None
     return analysis.passages.get(chunk)
 
 
-def source_of(doc: chunking.Document) -> str:
-    """The fingerprint ``ChunkAnalysis.source`` records: "sha256:" and the text hash's first 16 digits."""
-    return "sha256:" + doc.content_hash[:16]
-
-
-def show(workspace: Workspace, analysis: ChunkAnalysis, passage: Passage) -> Shown:
+def show(workspace: Workspace, analysis: ChunkAnalysis, passage: CitedPassage) -> Shown:
     """Read the passage's text from the workspace file now, with its quotes located.
 
     Never raises for a file that is gone, outside the workspace or unreadable: the
@@ -77,10 +72,10 @@ def show(workspace: Workspace, analysis: ChunkAnalysis, passage: Passage) -> Sho
             text = streamed[1]                    # the file as analysed: only the passage is kept
         else:
             doc = chunking.read_document(path)
-            shown.changed = analysis.source is not None and source_of(doc) != analysis.source
+            shown.changed = analysis.source is not None and chunking.source_of(doc) != analysis.source
             text = text_now(doc.text, passage, shown.changed)
     except (HarveyError, OSError) as exc:
-        shown.problem = f"{analysis.file} cannot be read now, so its text cannot be shown: {_one_line(exc)}"
+        shown.problem = f"{analysis.file} cannot be read now, so its text cannot be shown: {one_line(exc)}"
         return shown
     if not text.strip():
         shown.problem = (f"{analysis.file} has nothing at lines {passage.lines[0]}–{passage.lines[1]} any more."
@@ -125,7 +120,7 @@ def _streamed(path, start: int, end: int) -> tuple[str, str] | None:
     return "sha256:" + digest.hexdigest()[:16], "".join(kept)
 
 
-def text_now(text: str, passage: Passage, changed: bool) -> str:
+def text_now(text: str, passage: CitedPassage, changed: bool) -> str:
     """The chunk's text: ``text[start:end]`` of the file as analysed; of a changed file, its lines now."""
     if not changed:
         return text[passage.start:passage.end]
@@ -186,7 +181,3 @@ def pieces(text: str, spans: list[tuple[int, int]]) -> list[Piece]:
     if at < len(text):
         out.append(Piece(text[at:]))
     return out
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -11,6 +11,7 @@ import dataclasses
 import math
 
 from .. import chunking
+from ..chunking import source_of
 from ..budget import (calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget,
                       margin_share)
 from ..workspace import Workspace
@@ -223,11 +224,6 @@ def seconds_per_chunk(svc, model: str, size_tokens: int) -> float:
         return 0.0
     prompt_tps, eval_tps = speed
     return size_tokens / prompt_tps + svc.config.chunking.map_reply_tokens / eval_tps
-
-
-def source_of(doc: chunking.Document) -> str:
-    """The record's ``chunk-source``: which text the passages' offsets point into."""
-    return "sha256:" + doc.content_hash[:16]
 
 
 def document(svc, job: Job, tokens: bool = True) -> chunking.Document:

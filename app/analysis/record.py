@@ -62,10 +62,10 @@ def rag_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
     top = max((p["score"] for p in job.rag), default=0.0)
     rag = f"rag: {len(job.rag)} chunks from {' '.join(job.file.split())}, top score {top:.2f}".replace("]]", "] ]")
     size = chunking.RETRIEVAL_SIZE_TOKENS
-    found = {p["chunk"]: fountain.Passage(chunk=p["chunk"], start=p["start"], end=p["end"],
-                                          lines=(p["lines"][0], p["lines"][1]),
-                                          pages=(p["pages"][0], p["pages"][1]) if p["pages"] else None,
-                                          heading=p["section"], quotes=[])
+    found = {p["chunk"]: fountain.CitedPassage(chunk=p["chunk"], start=p["start"], end=p["end"],
+                                                lines=(p["lines"][0], p["lines"][1]),
+                                                pages=(p["pages"][0], p["pages"][1]) if p["pages"] else None,
+                                                heading=p["section"], quotes=[])
              for p in job.rag}
     return fountain.ChunkAnalysis(file=job.file, chunks=job.rag_chunks, model=job.model, boundary=job.boundary,
                                   chunk_size=size, chunk_bytes=round(size * chunking.retrieval_settings().bytes_per_token),
@@ -104,7 +104,7 @@ def rag_line(job: Job) -> str:
             f"{job.rag_search}; what is spread over the whole file may be missed.")
 
 
-def passages(job: Job) -> dict[int, fountain.Passage]:
+def passages(job: Job) -> dict[int, fountain.CitedPassage]:
     """Chunk number -> passage, for the relevant chunks whose range the run kept (a result
     from before issue #15 has none, and gets no passage)."""
     out = {}
@@ -112,9 +112,9 @@ def passages(job: Job) -> dict[int, fountain.Passage]:
         r = job.results.get(i)
         if r is None or r.status != "ok" or not r.relevant or r.end <= r.start or not r.lines:
             continue
-        out[i + 1] = fountain.Passage(chunk=i + 1, start=r.start, end=r.end, lines=(r.lines[0], r.lines[1]),
-                                      pages=(r.pages[0], r.pages[1]) if r.pages else None, heading=r.section,
-                                      quotes=r.quotes)
+        out[i + 1] = fountain.CitedPassage(chunk=i + 1, start=r.start, end=r.end, lines=(r.lines[0], r.lines[1]),
+                                            pages=(r.pages[0], r.pages[1]) if r.pages else None, heading=r.section,
+                                            quotes=r.quotes)
     return out
 
 

@@ -24,12 +24,13 @@ import time
 from .. import chunking
 from ..budget import new_budget
 from ..errors import HarveyError
+from ..errors import one_line as _one_line
 from ..modelserver import Cancelled, ContextExceeded, FormatRefused
 from ..retrieval import embedding, search
 from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
 from . import answers, mapreduce
-from .execute import _one_line, cut_note
+from .execute import cut_note
 from .job import Job
 from .steps import RunSteps
 

@@ -51,12 +51,13 @@ from collections import OrderedDict
 from .. import chunking
 from .. import routing
 from ..errors import Busy, HarveyError
+from ..errors import one_line as _one_line
 from ..events import EventLog
 from ..work.activity import Activity
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound, TurnMoved
 from . import answers, plan, record
-from .execute import Execution, _one_line
+from .execute import Execution
 from .retrieve import Retrieval
 from .steps import RunSteps
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
@@ -319,7 +320,7 @@ class JobRunner:
         try:
             return routing.resolve(mention, self.svc.models.models()), text
         except routing.UnknownModel as exc:
-            hint = f" Install it with: ollama pull {mention}" if self.svc.config.ollama.api == "native" else ""
+            hint = f" Install it with: ollama pull {mention}" if self.svc.config.model_server.api == "native" else ""
             raise JobError(f"{exc}{hint}") from None
 
     def decline(self, job: Job) -> None:

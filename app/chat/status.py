@@ -57,7 +57,7 @@ def session_model(svc, session: Session, models: list[str] | None = None) -> str
     A recorded model that is not installed here (a cloud model of the terminal
     Harvey, say) gives way to the configured default, or the first installed model.
     """
-    default = svc.config.ollama.model
+    default = svc.config.model_server.model
     recorded = recorded_model(session)
     if recorded is None:
         return default

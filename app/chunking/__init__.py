@@ -91,7 +91,7 @@ from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUN
                        PROSE_EXTENSIONS, PURPOSES, RETRIEVAL_SIZE_TOKENS, SAMPLE_BYTES, SOURCE_EXTENSIONS, TABLE_RULES, BinaryDocumentError,
                        Chunk, ChunkingError, ChunkPlan, ChunkSettings, Document, DocumentNotFoundError, Measure,
                        boundary_for_kind, estimate_tokens, kind_for_path, make_document, measure, read_document,
-                       retrieval_settings, with_counter, with_settings)
+                       retrieval_settings, source_of, with_counter, with_settings)
 from .htmltext import html_to_text
 from .labels import LABEL_MAX_BYTES, PATH_SEP, SIBLING_SEP, chunk_label
 from .units import _units  # noqa: F401  (the block scanner; its tests reach it here)
@@ -102,7 +102,7 @@ __all__ = [
     "ChunkSettings", "Document", "Chunk", "ChunkPlan", "Measure",
     "estimate_tokens", "kind_for_path", "boundary_for_kind", "html_to_text",
     "make_document", "read_document", "measure", "with_settings", "with_counter", "chunk_document", "chunks_from", "split_chunk",
-    "halve", "split_to_fit",
+    "halve", "split_to_fit", "source_of",
     "chunk_text",
     "chunk_file", "plan_document", "plan_text", "plan_file",
     "PURPOSES", "ANALYSIS_FILL", "RETRIEVAL_SIZE_TOKENS", "retrieval_settings", "LABEL_MAX_BYTES", "chunk_label",

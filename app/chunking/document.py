@@ -437,6 +437,12 @@ def measure(path: str | os.PathLike) -> Measure:
     return Measure(math.ceil(size * len(text.encode()) / len(head)), kind, text)
 
 
+def source_of(doc: Document) -> str:
+    """Which text a record's character offsets point into (``ChunkAnalysis.source``, the record's
+    ``chunk-source``, and a job's ``source``): "sha256:" and the text hash's first 16 digits."""
+    return "sha256:" + doc.content_hash[:16]
+
+
 def with_settings(doc: Document, settings: ChunkSettings) -> Document:
     """The same text under other chunk settings, without reading the file again (the fingerprint
     includes the settings, so it is computed anew)."""

@@ -22,11 +22,11 @@ __all__ = ["ChatStream", "ModelFacts", "ModelServer", "Usage", "ModelError", "Ba
 def connect(config, *, connect_timeout: float | None = None, read_timeout: float | None = None) -> ModelServer:
     """The model server the config names: the one place that chooses the kind of server.
 
-    ``ollama.api`` says which: "native" (Ollama's own API) or "openai" (an OpenAI-compatible
+    ``model_server.api`` says which: "native" (Ollama's own API) or "openai" (an OpenAI-compatible
     server). ``connect_timeout`` and ``read_timeout`` override the config's (``harvey serve``
     probes with a short connect, ``harvey check`` will not wait ten minutes for an answer).
     """
-    section = config.ollama
+    section = config.model_server
     timeouts = {"connect_timeout": section.connect_timeout_s if connect_timeout is None else connect_timeout,
                 "read_timeout": section.timeout_s if read_timeout is None else read_timeout}
     if section.api == "openai":

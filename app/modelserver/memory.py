@@ -208,19 +208,19 @@ def machine_for(url: str, parallel: int, server_memory: str = "", kv_cache_type:
     env = os.environ if env is None else env
     local = is_loopback(url)
     if server_memory:
-        memory, memory_source = parse_size(server_memory), "ollama.server_memory"
+        memory, memory_source = parse_size(server_memory), "model_server.server_memory"
     elif local:
         total = read_meminfo(meminfo).get("MemTotal")
         memory, memory_source = total, "MemTotal of this machine" if total else "unknown: /proc/meminfo unreadable"
     else:
-        memory, memory_source = None, "unknown for a server on another machine: set ollama.server_memory"
-    slots, slots_source = parallel, "ollama.parallel"
+        memory, memory_source = None, "unknown for a server on another machine: set model_server.server_memory"
+    slots, slots_source = parallel, "model_server.parallel"
     env_slots = env.get("OLLAMA_NUM_PARALLEL", "").strip() if local else ""
     if env_slots.isdigit() and int(env_slots) > 0:
         slots, slots_source = int(env_slots), "OLLAMA_NUM_PARALLEL"
     env_cache = env.get("OLLAMA_KV_CACHE_TYPE", "").strip().lower() if local else ""
     if kv_cache_type:
-        cache_type, cache_source = kv_cache_type.lower(), "ollama.kv_cache_type"
+        cache_type, cache_source = kv_cache_type.lower(), "model_server.kv_cache_type"
     elif env_cache in CACHE_BYTES:
         cache_type, cache_source = env_cache, "OLLAMA_KV_CACHE_TYPE"
     else:

@@ -85,7 +85,7 @@ class OpenAIServer(HttpServer):
         return [m for m in _json(response).get("data", []) if isinstance(m, dict)]
 
     def _fetch_models(self) -> list[str]:
-        """The ids of ``/v1/models`` (what ``@name`` routes to and ``ollama.model`` names)."""
+        """The ids of ``/v1/models`` (what ``@name`` routes to and ``model_server.model`` names)."""
         return [m["id"] for m in self._listing() if m.get("id")]
 
     def _fetch_facts(self, model: str) -> ModelFacts:
@@ -97,7 +97,7 @@ class OpenAIServer(HttpServer):
         entry = next((m for m in listing if m.get("id") == model), None)
         if entry is None:
             served = ", ".join(m.get("id", "?") for m in listing) or "none"
-            raise ModelNotFound(model, f"start the server with it, or set ollama.model to one it serves ({served})")
+            raise ModelNotFound(model, f"start the server with it, or set model_server.model to one it serves ({served})")
         window = self._server_props().get("n_ctx") or _positive(entry.get("max_model_len"))
         kind = str(entry.get("type") or "").lower()        # LM Studio: "llm", "vlm", "embeddings"
         capabilities = ("embedding",) if kind.startswith("embedding") else ("completion",) if kind else ()
@@ -346,7 +346,7 @@ def _raise_for(response: httpx.Response, model: str | None, server: OpenAIServer
     except httpx.ResponseNotRead:
         detail = ""
     if status == 404 and model and "model" in detail.lower():
-        raise ModelNotFound(model, f"start {server} with it, or set ollama.model to one it serves")
+        raise ModelNotFound(model, f"start {server} with it, or set model_server.model to one it serves")
     raise _error_from(detail or f"HTTP {status}", ServerError, server=server, status=status)
 
 

@@ -393,7 +393,7 @@ def read_whole(name: str, turn: int):
     return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
 
 
-def _where(p: fountain.Passage) -> str:
+def _where(p: fountain.CitedPassage) -> str:
     """A passage's place for a reader: a PDF's pages, else its lines."""
     if p.pages:
         return f"page {p.pages[0]}" if p.pages[0] == p.pages[1] else f"pages {p.pages[0]}–{p.pages[1]}"

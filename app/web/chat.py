@@ -42,20 +42,20 @@ def index():
     """The most recent session, or a new one."""
     store = services().store
     names = store.names()
-    name = names[0] if names else store.create(services().config.ollama.model).name
+    name = names[0] if names else store.create(services().config.model_server.model).name
     return redirect(url_for("chat.page", name=name))
 
 
 @bp.post("/new")
 def new_session():
-    session = services().store.create(services().config.ollama.model)
+    session = services().store.create(services().config.model_server.model)
     return redirect(url_for("chat.page", name=session.name), code=303)
 
 
 @bp.get("/demo-model")
 def demo_model():
     """What the bundled demo model is and how to get real answers (README "The bundled demo model")."""
-    return render_template("chat/demo_model.html", model=services().config.ollama.model)
+    return render_template("chat/demo_model.html", model=services().config.model_server.model)
 
 
 @bp.get("/s/<name>")
@@ -102,7 +102,7 @@ def _busy_card(name: str, exc: Busy):
 
 def _render(outcome: turns.Outcome) -> str:
     """The turn a use case wrote, as the page shows it now."""
-    view = turn_view(outcome.index, outcome.turn, outcome.model, api=services().config.ollama.api)
+    view = turn_view(outcome.index, outcome.turn, outcome.model, api=services().config.model_server.api)
     if outcome.reply is not None:
         view.streaming, view.reply_html, view.activity = True, None, outcome.reply.id
     if outcome.job is not None:

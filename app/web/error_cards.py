@@ -7,7 +7,7 @@ session file (``notes.error``), and the card is drawn from them whenever the tur
 from __future__ import annotations
 
 ERROR_TEXTS = {
-    "unreachable": ("{Server} is not running", "{start} or check ollama.url in harvey.yaml."),
+    "unreachable": ("{Server} is not running", "{start} or check model_server.url in harvey.yaml."),
     "model_not_found": ("Model not installed", "{install_above}"),
     "timeout": ("The model timed out",
                 "The Pi may be busy or the model too large; try again or pick a smaller model."),
@@ -26,7 +26,7 @@ ERROR_TEXTS = {
 }
 OTHER_ERROR = ("{Server} returned an error", "Try again; check {log} if it repeats.")
 
-# How a card names the configured server (``ollama.api``) and what it tells the user to do:
+# How a card names the configured server (``model_server.api``) and what it tells the user to do:
 # Ollama's own commands on the Pi, neutral words for an OpenAI-compatible server (llama-server,
 # vLLM: the app cannot know how it was started).
 SERVER_WORDS = {
@@ -34,7 +34,7 @@ SERVER_WORDS = {
                "install_above": "On the Ollama machine, run the `ollama pull` command above.",
                "install": "install it with ollama pull"},
     "openai": {"Server": "The model server", "log": "the model server's log", "start": "Start it",
-               "install_above": "Start the model server with that model, or set ollama.model to one it serves.",
+               "install_above": "Start the model server with that model, or set model_server.model to one it serves.",
                "install": "start the model server with it"},
 }
 

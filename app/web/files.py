@@ -41,7 +41,7 @@ def index():
     """Every workspace file with its size and estimated tokens."""
     svc = services()
     session = _session_arg()
-    bpt = svc.calibration.bytes_per_token(svc.config.ollama.model)
+    bpt = svc.calibration.bytes_per_token(svc.config.model_server.model)
     files = [_listed(f, bpt) for f in Workspace(svc.config.workspace_path).files()]
     return render_template("files/index.html", files=files, session=session, folder=svc.config.workspace,
                            max_upload_mb=svc.config.server.max_upload_mb,

@@ -71,7 +71,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     """Read a recorded turn's notes back into what the page shows.
 
     With the ``session`` name, an analysis answer's citations link to their passages; ``api``
-    (``ollama.api``) is the kind of server an error card names.
+    (``model_server.api``) is the kind of server an error card names.
     """
     model_name = match_model(turn.model, list(models)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
@@ -86,7 +86,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
         if view.error["kind"] == "missing_file":
             view.error["fix"] = missing_fix(turn.user_text or "", view.error["detail"])
         view.partial_kept = bool(turn.reply)
-    view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read) else "")
+    view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read, session, index) else "")
     return view
 
 
@@ -105,17 +105,26 @@ def missing_fix(text: str, detail: str) -> dict | None:
 NEVER_FINISHED = "the server stopped before the reply was finished"
 
 
-def _never_finished(turn: fountain.Turn, read: notes.Read) -> bool:
+def _never_finished(turn: fountain.Turn, read: notes.Read, session: str = "", index: int = -1) -> bool:
     """A message recorded before this server started, with no reply and no note: a crash cut it off.
 
-    (A turn recorded since then with no reply yet is still being prepared or answered.)
+    (A turn recorded since then with no reply yet is still being prepared or answered.)  Time stamps
+    are whole seconds, so a turn of the very second the server started (a crash and a quick restart)
+    is told apart by its session's activity: a reply being answered holds its turn from before the
+    turn is written until it is recorded.
     """
     if not turn.user_text or turn.reply is not None or turn.harvey or turn.analysis is not None:
         return False
     if read.error or read.stopped or read.declined or read.compacted is not None or turn.when is None:
         return False
     try:
-        return turn.when < services().started_at
+        started = services().started_at
+        if turn.when < started:
+            return True
+        if turn.when > started or not session:
+            return False
+        holder = services().activities.holder(session)
+        return holder is None or holder.turn != index
     except (TypeError, RuntimeError):      # an aware timestamp from an import; no app context
         return False
 
@@ -134,7 +143,7 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     models, _ = installed(svc)
     turns = session.turns
     stop = len(turns) if stop is None else min(stop, len(turns))
-    views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.ollama.api)
+    views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.model_server.api)
              for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
     last = by_index.get(len(turns) - 1)

@@ -17,7 +17,7 @@ bp = Blueprint("health", __name__)
 def healthz():
     """Asked fresh on each call, so it recovers by itself when Ollama comes up."""
     svc = services()
-    model = svc.config.ollama.model
+    model = svc.config.model_server.model
     body = {"version": __version__, "ollama": {"url": _without_credentials(svc.models.url), "up": False},
             "model": model, "model_installed": False}
     try:

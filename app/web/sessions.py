@@ -100,7 +100,7 @@ def index():
 # -- reading -----------------------------------------------------------------------------
 
 @dataclass
-class Line:
+class ElementView:
     """One screenplay element as the page shows it."""
 
     kind: str                      # "action", "note" or "dialogue"
@@ -114,7 +114,7 @@ class Line:
 @dataclass
 class SceneView:
     heading: str
-    lines: list[Line] = field(default_factory=list)
+    lines: list[ElementView] = field(default_factory=list)
     analysis: fountain.ChunkAnalysis | None = None
 
 
@@ -144,7 +144,7 @@ def scene_views(session: Session, start: int = 0, stop: int | None = None) -> li
         scene = scenes[number]
         view = SceneView(scene.heading, analysis=fountain.read_chunk_scene(scene))
         for el in scene.elements:
-            line = Line(el.kind, el.text, el.character)
+            line = ElementView(el.kind, el.text, el.character)
             if el.kind == "dialogue" and el.character.split("(", 1)[0].strip().upper() not in plain:
                 cited = answers.get((number, el.text))
                 line.html = markdown(el.text, cite=cited[0] if cited else None)

@@ -80,7 +80,7 @@ def test_a_long_passage_scrolls_inside_the_dialog_with_close_in_reach(live, phon
 
     path = write_notes(live.config.workspace_path)
     doc = chunking.read_document(path, SETTINGS)
-    whole = fountain.Passage(1, 0, len(doc.text), (1, doc.text.count("\n") + 1), None, "", ["canteen closes"])
+    whole = fountain.CitedPassage(1, 0, len(doc.text), (1, doc.text.count("\n") + 1), None, "", ["canteen closes"])
     name = live.open_session()
     turn = record_cited_turn(live.services.store, name, analysis_of(doc, "notes.md", [whole]), "All of it [1].")
     page = phone

@@ -146,7 +146,7 @@ from __future__ import annotations
 from .chunks import SYNTHESIZING, chunk_scene, passage_notes, read_chunk_scene
 from .codec import (BLANK_LINE, _decode_line, _decode_text, _encode_line, _encode_text, dump_scene, dumps,
                     join_file, model_cue)
-from .data import (CHUNK_DONE, END_MARKER, HARVEY, TS_FORMAT, Answer, ChunkAnalysis, Element, Passage, Scene,
+from .data import (CHUNK_DONE, END_MARKER, HARVEY, TS_FORMAT, Answer, ChunkAnalysis, CitedPassage, Element, Scene,
                    Screenplay, Turn)
 from .parser import loads, read_file
 from .turns import (chat_scene, mention_note, model_switch_note, new_title_page, split_mention, stats_line,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from .codec import _one_line, _user_cue, model_cue
-from .data import CHUNK_DONE, HARVEY, TS_FORMAT, ChunkAnalysis, Element, Passage, Scene
+from .codec import _user_cue, metadata_line, model_cue
+from .data import CHUNK_DONE, HARVEY, TS_FORMAT, ChunkAnalysis, CitedPassage, Element, Scene
 from .parser import _CHUNK_HEADING, _TIMESTAMP, _timestamp
 
 
@@ -55,7 +55,7 @@ def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -
                         f"boundary={a.boundary}{size}, chunk-tokens={a.chunk_size}"),
         Element("dialogue", a.instruction, user),
     ]
-    if _one_line(a.file) != a.file or _FILE_UNSAFE.search(a.file):
+    if metadata_line(a.file) != a.file or _FILE_UNSAFE.search(a.file):
         els.insert(len(els) - 1, Element("note", file_note(a.file)))
     if a.rag:
         els.append(Element("note", a.rag))
@@ -102,7 +102,7 @@ def _note_safe(text: str) -> str:
     return " ".join(text.split()).replace("]]", "] ]").replace("[[", "[ [")
 
 
-def passage_notes(p: Passage, chunks: int) -> list[str]:
+def passage_notes(p: CitedPassage, chunks: int) -> list[str]:
     """A passage as note texts: its range (and heading path, last, so it may hold anything), then each quote."""
     pages = f", pages {p.pages[0]}-{p.pages[1]}" if p.pages else ""
     heading = f" — {_note_safe(p.heading)}" if p.heading.strip() else ""
@@ -198,8 +198,8 @@ def _read_chunk_note(a: ChunkAnalysis, note: str, sizes: dict[str, int]) -> None
     elif m := _PASSAGE_NOTE.fullmatch(note):
         pages = (int(m["p1"]), int(m["p2"])) if m["p1"] else None
         quotes = a.passages[int(m["n"])].quotes if int(m["n"]) in a.passages else []
-        a.passages[int(m["n"])] = Passage(int(m["n"]), int(m["c1"]), int(m["c2"]), (int(m["l1"]), int(m["l2"])),
-                                          pages, (m["heading"] or "").strip(), quotes)
+        a.passages[int(m["n"])] = CitedPassage(int(m["n"]), int(m["c1"]), int(m["c2"]), (int(m["l1"]), int(m["l2"])),
+                                                pages, (m["heading"] or "").strip(), quotes)
     elif m := _QUOTE_NOTE.fullmatch(note):
         if int(m["n"]) in a.passages:
             a.passages[int(m["n"])].quotes.append(m["quote"].strip())

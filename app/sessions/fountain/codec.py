@@ -222,7 +222,7 @@ def _decode_joined(written: str) -> str:
     return "\n".join(_decode_line(line) for line in written.split("\n"))
 
 
-def _one_line(text: str) -> str:
+def metadata_line(text: str) -> str:
     """Flatten metadata (heading, note, title value) to one safe line."""
     s = " ".join(text.split())
     for pair, spaced in (("/*", "/ *"), ("[[", "[ ["), ("]]", "] ]")):
@@ -292,7 +292,7 @@ def _element_lines(el: Element) -> list[str]:
     if el.kind == "note":
         return ["[[" + _note_text(el.text) + "]]"]
     if el.kind == "dialogue":
-        paren = ["(" + _one_line(el.paren).replace(")", "") + ")"] if el.paren else []
+        paren = ["(" + metadata_line(el.paren).replace(")", "") + ")"] if el.paren else []
         return [_cue_line(el.character), *paren, *_encode_text(el.text, dialogue=True)]
     if el.kind == "action":
         return _encode_text(el.text)
@@ -300,7 +300,7 @@ def _element_lines(el: Element) -> list[str]:
 
 
 def _note_text(text: str) -> str:
-    s = _one_line(text)
+    s = metadata_line(text)
     # A "]" right before the closing "]]" would close the note one early.
     return s + " " if s.endswith("]") else s
 
@@ -312,7 +312,7 @@ def dumps(play: Screenplay) -> str:
 
 def dump_scene(scene: Scene) -> str:
     """One scene's text; a file is ``join_file`` of these, so a writer can keep them per scene."""
-    head = f"\n\n{_one_line(scene.heading)}\n\n" if scene.heading else "\n"
+    head = f"\n\n{metadata_line(scene.heading)}\n\n" if scene.heading else "\n"
     return head + "".join("\n".join(_element_lines(el)) + "\n\n" for el in scene.elements)
 
 
@@ -320,7 +320,7 @@ def join_file(title_page: dict[str, str], scene_texts: list[str]) -> str:
     """Title page, FADE IN, the scenes' texts (from ``dump_scene``) and the end marker."""
     out: list[str] = []
     if title_page:
-        out += [f"{_one_line(k).replace(':', '')}: {_one_line(v)}\n" for k, v in title_page.items()]
+        out += [f"{metadata_line(k).replace(':', '')}: {metadata_line(v)}\n" for k, v in title_page.items()]
         out.append("\n\n")
     out.append("FADE IN:\n")
     out += scene_texts

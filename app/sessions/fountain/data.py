@@ -75,8 +75,8 @@ class ChunkAnalysis:
     replies: dict[int, str] = field(default_factory=dict)
     answer: str | None = None
     # Issue #15, cited answers: where each cited chunk lies in the file as analysed (chunk number
-    # -> Passage), the file's text fingerprint then, and how many chunks had something relevant.
-    passages: dict[int, "Passage"] = field(default_factory=dict)
+    # -> CitedPassage), the file's text fingerprint then, and how many chunks had something relevant.
+    passages: dict[int, "CitedPassage"] = field(default_factory=dict)
     source: str | None = None
     relevant: int | None = None
     # The terminal Harvey sizes chunks in bytes and names the file's type ("prose"): ``chunk_size``
@@ -94,7 +94,7 @@ class ChunkAnalysis:
 
 
 @dataclass(slots=True)
-class Passage:
+class CitedPassage:
     """Where chunk ``chunk`` (1-based) of an analysed file lies, and the words its partial answer quoted.
 
     ``start``/``end`` are character offsets into the document's text as the chunker read it

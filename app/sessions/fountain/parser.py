@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from .codec import _cue_name, _decode_joined, _one_line
+from .codec import _cue_name, _decode_joined, metadata_line
 from .data import Element, Scene, Screenplay
 
 # ------------------------------------------------------------------ reader
@@ -103,9 +103,9 @@ def _read_title_page(text: str) -> tuple[dict[str, str], int]:
         m = _TITLE_KEY.fullmatch(line)
         if m and not line[0].isspace():
             key = m[1].strip()
-            title[key] = _one_line(m[2])
+            title[key] = metadata_line(m[2])
         elif key and line[0].isspace():  # Fountain continues a value on indented lines
-            title[key] = _one_line(title[key] + " " + line)
+            title[key] = metadata_line(title[key] + " " + line)
     return title, len(text)
 
 
@@ -147,7 +147,7 @@ class _Reader:
         if nl < 0:
             first = block.strip()
             if _HEADING.match(first) and not (self.talking and _reply_text(first)):
-                self._scene(_one_line(first))
+                self._scene(metadata_line(first))
                 return
             if _END.fullmatch(first) or (first == "FADE IN:" and self.elements is None):
                 return
@@ -186,7 +186,7 @@ def _append_elements(elements: list[Element], block: str, nl: int) -> None:
     if block.endswith("]]") or block[-1].isspace():
         whole = block.strip()
         if whole.startswith("[[") and whole.endswith("]]") and _NOTES_ONLY.fullmatch(whole):
-            elements.extend(Element("note", _one_line(m[1])) for m in _NOTE.finditer(whole))
+            elements.extend(Element("note", metadata_line(m[1])) for m in _NOTE.finditer(whole))
             return
     cue = _cue_name(block[:nl]) if nl >= 0 else None
     if cue is None:
@@ -197,7 +197,7 @@ def _append_elements(elements: list[Element], block: str, nl: int) -> None:
         end = text.find("\n")
         head = (text if end < 0 else text[:end]).strip()
         if len(head) > 2 and head[0] == "(" and head[-1] == ")":  # our writer escapes such a text line
-            paren, text = _one_line(head[1:-1]), ("" if end < 0 else text[end + 1:])
+            paren, text = metadata_line(head[1:-1]), ("" if end < 0 else text[end + 1:])
     elements.append(Element("dialogue", _decode_joined(text), cue, paren))
 
 
