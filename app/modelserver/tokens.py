@@ -283,13 +283,13 @@ class Counter:
         return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")))
 
 
-def _segments(text: str) -> list[str]:
-    """``text`` in pieces of about ``SEGMENT_CHARS``, each cut at a ``_CUT`` place (none: whole)."""
+def _segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
+    """``text`` in pieces of about ``size`` characters, each cut at a ``_CUT`` place (none: whole)."""
     pieces, start = [], 0
-    while len(text) - start > SEGMENT_CHARS:
-        match = _CUT.search(text, start + SEGMENT_CHARS // 2, start + SEGMENT_CHARS)
+    while len(text) - start > size:
+        match = _CUT.search(text, start + size // 2, start + size)
         if match is None:
-            match = _CUT.search(text, start + SEGMENT_CHARS)
+            match = _CUT.search(text, start + size)
             if match is None:
                 break
         pieces.append(text[start:match.end()])
