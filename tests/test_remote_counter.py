@@ -8,6 +8,8 @@ The reference is llama.cpp's server itself (xllamacpp over SmolLM2-135M's GGUF):
 
 from __future__ import annotations
 
+import html
+
 import pytest
 
 from app.modelserver import remote_counter
@@ -114,5 +116,5 @@ def test_the_card_says_the_servers_count(tmp_path, make_live):
         page = live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"}).text
         job = live.services.jobs.open_for(name)
         assert job.tokens_counted and job.file_tokens == llama.tokens(text)
-        assert "/tokenize" in job.counter
+        assert "/tokenize" in job.counter and f"counted with {job.counter}" in html.unescape(page)
         assert f"{job.file_tokens:,} tokens" in page and f"about {job.file_tokens:,}" not in page

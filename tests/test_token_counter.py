@@ -107,7 +107,8 @@ def test_a_counter_built_from_its_json_counts_the_same(smollm):
     info, reference = smollm
     built = counter_from_info(info)
     loaded = Counter.loads(built.dumps())
-    assert (loaded.name, loaded.segmentable) == ("gpt2/smollm", True)
+    assert (loaded.name, loaded.family, loaded.segmentable) == (built.name, "gpt2/smollm", True)
+    assert built.name == "byte-level BPE (smollm) from the model's own vocabulary (Smollm2 135M 8k Lc100K Mix1 Ep2, 49,152 tokens)"
     for _, text in texts()[::7]:
         assert loaded.ids(text) == built.ids(text)
 
@@ -330,7 +331,8 @@ def test_harvey_check_says_which_models_are_counted_and_why_not(tmp_path, vocab_
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "smol:135m: token counts exact (gpt2/smollm; verified with SmolLM2-135M" in out
+    assert "smol:135m: token counts exact (byte-level BPE (smollm) from the model's own vocabulary (" in out
+    assert "; verified with SmolLM2-135M" in out
     assert "plain:1b: token counts estimated from bytes per token: " in out and "no tokenizer" in out
     assert "qwen:1b: token counts estimated from bytes per token: its pre-tokenizer 'deepseek-llm' is not" in out
     assert list(Path(tmp_path).glob("**/tokenizers/*.json"))      # kept for the app's first chat

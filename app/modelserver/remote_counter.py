@@ -183,8 +183,8 @@ def detect(post: Post, model: str, server: str) -> RemoteCounter:
             raise Unbuildable(f"{server} has no /tokenize (HTTP {status}): token counts are estimated")
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if status == 200 and isinstance(tokens, list) and tokens:
-            name = (f"{model}'s own tokenizer at {server}'s /tokenize"
-                    f" ({'llama.cpp' if dialect == 'llama' else 'vLLM'})")
+            # (no address in it: the name is part of a plan's fingerprint, and a server may move)
+            name = f"the server's own tokenizer ({'llama.cpp' if dialect == 'llama' else 'vLLM'} /tokenize, {model})"
             counter = RemoteCounter(post, model, dialect, name, segmentable=False)
             counter.segmentable = _adds_up(counter)
             return counter

@@ -120,6 +120,18 @@ def describe(info: dict) -> str:
     return f"{model}/{pre}" if pre and model == "gpt2" else str(model)
 
 
+def label(info: dict) -> str:
+    """What counts, in words, for the card, the job and ``harvey check``: "byte-level BPE (smollm)
+    from the model's own vocabulary (Smollm2 135M…, 49,152 tokens)"."""
+    model = _key(info, "model")
+    kind = {"gpt2": f"byte-level BPE ({_key(info, 'pre') or 'default'})", "llama": "SentencePiece"}.get(
+        model, str(model or "?"))
+    name = str(info.get("general.name") or "").strip()
+    size = len(_key(info, "tokens") or [])
+    about = ", ".join(part for part in (name, f"{size:,} tokens" if size else "") if part)
+    return f"{kind} from the model's own vocabulary" + (f" ({about})" if about else "")
+
+
 def build(info: dict):
     """A ``tokenizers.Tokenizer`` that counts as llama.cpp does, from the GGUF tokenizer keys in
     ``info`` (``model_info`` of ``/api/show`` verbose).  Raises ``Unbuildable`` with the reason
@@ -227,9 +239,10 @@ class Counter:
 
     exact = True
 
-    def __init__(self, tokenizer, name: str = "", segmentable: bool = False):
+    def __init__(self, tokenizer, name: str = "", segmentable: bool = False, family: str = ""):
         self._tokenizer = tokenizer
-        self.name = name
+        self.name = name                    # what counts, in words (``label``): the job and the card say it
+        self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
         self.segmentable = segmentable
 
     def count(self, text: str) -> int:
@@ -270,7 +283,7 @@ class Counter:
 
     def dumps(self) -> str:
         """The counter for the disk cache: a header line, then the tokenizer's JSON."""
-        header = json.dumps({"name": self.name, "segmentable": self.segmentable})
+        header = json.dumps({"name": self.name, "segmentable": self.segmentable, "family": self.family})
         return f"{header}\n{self._tokenizer.to_str()}"
 
     @classmethod
@@ -280,7 +293,8 @@ class Counter:
 
         header, _, body = data.partition("\n")
         meta = json.loads(header)
-        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")))
+        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")),
+                   meta.get("family", ""))
 
 
 def _segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
@@ -308,4 +322,4 @@ def _segmentable(info: dict) -> bool:
 
 def counter_from_info(info: dict, name: str = "") -> Counter:
     """``Counter`` built from ``model_info``; raises ``Unbuildable``."""
-    return Counter(build(info), name or describe(info), _segmentable(info))
+    return Counter(build(info), name or label(info), _segmentable(info), describe(info))
