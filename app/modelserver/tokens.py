@@ -244,6 +244,11 @@ class Counter:
         self.name = name                    # what counts, in words (``label``): the job and the card say it
         self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
         self.segmentable = segmentable
+        self._info: dict | None = None      # the GGUF keys it was built from, until ``release`` (the disk cache)
+
+    def release(self) -> None:
+        """Drop the vocabulary's keys once the disk cache has them (or cannot): only the tokenizer stays."""
+        self._info = None
 
     def count(self, text: str) -> int:
         """Tokens in ``text`` as the model's server counts it inside a prompt (specials parsed)."""
@@ -282,17 +287,26 @@ class Counter:
         return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
     def dumps(self) -> str:
-        """The counter for the disk cache: a header line, then the tokenizer's JSON."""
-        header = json.dumps({"name": self.name, "segmentable": self.segmentable, "family": self.family})
-        return f"{header}\n{self._tokenizer.to_str()}"
+        """The counter for the disk cache: a header line, then the GGUF keys it was built from
+        (``CACHED_KEYS``; ``loads`` builds it again from them: a tokenizer loaded from its own JSON,
+        ``Tokenizer.from_str``, stays ~21 MB larger for a 262k-token vocabulary, bench/RESULTS.md)."""
+        if self._info is None:
+            raise ValueError("this counter was not built from a vocabulary (nothing to keep on disk)")
+        header = json.dumps({"name": self.name, "segmentable": self.segmentable, "family": self.family,
+                             "format": "gguf-keys"})
+        return f"{header}\n{json.dumps(self._info, ensure_ascii=False, separators=(',', ':'))}"
 
     @classmethod
     def loads(cls, data: str) -> "Counter":
-        """What ``dumps`` wrote."""
-        from tokenizers import Tokenizer
-
+        """What ``dumps`` wrote (and the tokenizer JSON an earlier version kept)."""
         header, _, body = data.partition("\n")
         meta = json.loads(header)
+        if meta.get("format") == "gguf-keys":
+            info = json.loads(body)
+            del body, data
+            return counter_from_info(info, meta.get("name", ""))
+        from tokenizers import Tokenizer
+
         return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")),
                    meta.get("family", ""))
 
@@ -320,6 +334,13 @@ def _segmentable(info: dict) -> bool:
     return not any(ty in SPECIAL_TYPES and _CUT.search(t) for t, ty in zip(tokens, types))
 
 
+CACHED_KEYS = ("general.name", *(KEY + k for k in ("model", "pre", "tokens", "token_type", "merges", "scores",
+                                                  "add_space_prefix")))
+
+
 def counter_from_info(info: dict, name: str = "") -> Counter:
-    """``Counter`` built from ``model_info``; raises ``Unbuildable``."""
-    return Counter(build(info), name or label(info), _segmentable(info), describe(info))
+    """``Counter`` built from ``model_info``; raises ``Unbuildable``.  It keeps the keys it was built
+    from for ``dumps`` until ``release``."""
+    counter = Counter(build(info), name or label(info), _segmentable(info), describe(info))
+    counter._info = {k: info[k] for k in CACHED_KEYS if k in info}
+    return counter
