@@ -118,3 +118,24 @@ def test_the_card_says_the_servers_count(tmp_path, make_live):
         assert job.tokens_counted and job.file_tokens == llama.tokens(text)
         assert "/tokenize" in job.counter and f"counted with {job.counter}" in html.unescape(page)
         assert f"{job.file_tokens:,} tokens" in page and f"about {job.file_tokens:,}" not in page
+
+
+@pytest.mark.slow
+def test_a_sentencepiece_servers_counter_counts_as_its_tokenize():
+    """Gemma 3's SentencePiece (262k tokens) through llama.cpp's server: the same ids, and whether a
+    long text may be counted in pieces is what the vocabulary's own split says (``tokens._segmentable``)."""
+    from app.modelserver.tokens import _segmentable
+    from vocab import gemma_gguf
+
+    path = gemma_gguf()
+    reference = LlamaCpp(path)
+    server = OpenAIServer(f"http://{reference._host}:{reference._port}", connect_timeout=2.0, read_timeout=120.0)
+    try:
+        counter = server.counter("gemma", wait=True)
+        assert counter is not None and counter.segmentable == _segmentable(model_info(path))
+        wrong = [kind for kind, text in texts()[::3] if counter.ids(text) != reference.tokenize(text)]
+        assert wrong == []
+        text = "\n".join(t for _, t in texts()) * 2
+        assert counter.count(text) == len(reference.tokenize(text))
+    finally:
+        server.close()
