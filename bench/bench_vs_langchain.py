@@ -61,9 +61,13 @@ def run_app(path: Path, info: dict, counter) -> dict:
                 time.sleep(0.2)
             maps = [rec for rec in server.chats() if CHUNK.search(rec.body["messages"][-1]["content"])]
             text = chunking.read_document(workspace / path.name).text
+            chunk_text = 0
+            for rec in maps:
+                content = rec.body["messages"][-1]["content"]
+                chunk_text += counter.count(content[CHUNK.search(content).end():].split("\n---\nAnswer in at most")[0])
             return dict(file=path.name, state=job.state, text=text, room=job.size_tokens, calls=len(maps),
-                        prompt=sum(server.prompt_tokens(rec.body) for rec in maps),
-                        per_message=server.template_tokens)
+                        prompt=sum(server.prompt_tokens(rec.body) for rec in maps), chunk_text=chunk_text,
+                        true=counter.count(text), per_message=server.template_tokens)
         finally:
             close_quietly(live)
 
@@ -92,15 +96,21 @@ def main() -> None:
         lc_calls, lc_prompt = langchain_map(app["text"], app["room"], counter, app["per_message"])
         rows.append(dict(app, lc_calls=lc_calls, lc_prompt=lc_prompt))
     print(f"load average {load[0]:.2f} {load[1]:.2f} (before), {os.getloadavg()[0]:.2f} (after); nproc {os.cpu_count()}")
-    print("| document | chunk room | app: map calls | app: map prompt tokens | LangChain: map calls | "
-          "LangChain: map prompt tokens | app / LangChain |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| document | true tokens | chunk room | app: map calls | app: map prompt tokens | of which chunk text "
+          "(overlap) | around the chunks, a call | LangChain: map calls | LangChain: map prompt tokens | "
+          "around, a call | app / LangChain |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['file']} ({r['state']}) | {r['room']:,} | {r['calls']} | {r['prompt']:,} | {r['lc_calls']} | "
-              f"{r['lc_prompt']:,} | {r['prompt'] / r['lc_prompt']:.2f} |")
+        lc_around = (r["lc_prompt"] - r["true"]) / r["lc_calls"]
+        print(f"| {r['file']} ({r['state']}) | {r['true']:,} | {r['room']:,} | {r['calls']} | {r['prompt']:,} | "
+              f"{r['chunk_text']:,} (+{r['chunk_text'] - r['true']:,}) | {(r['prompt'] - r['chunk_text']) / r['calls']:.0f} | "
+              f"{r['lc_calls']} | {r['lc_prompt']:,} | {lc_around:.0f} | {r['prompt'] / r['lc_prompt']:.2f} |")
     app_total, lc_total = sum(r["prompt"] for r in rows), sum(r["lc_prompt"] for r in rows)
-    print(f"| **all** | | {sum(r['calls'] for r in rows)} | {app_total:,} | {sum(r['lc_calls'] for r in rows)} | "
-          f"{lc_total:,} | {app_total / lc_total:.2f} |")
+    calls, lc_calls = sum(r["calls"] for r in rows), sum(r["lc_calls"] for r in rows)
+    true, chunk_text = sum(r["true"] for r in rows), sum(r["chunk_text"] for r in rows)
+    print(f"| **all** | {true:,} | | {calls} | {app_total:,} | {chunk_text:,} (+{chunk_text - true:,}) | "
+          f"{(app_total - chunk_text) / calls:.0f} | {lc_calls} | {lc_total:,} | {(lc_total - true) / lc_calls:.0f} | "
+          f"{app_total / lc_total:.2f} |")
 
 
 if __name__ == "__main__":
