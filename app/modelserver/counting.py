@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..storage import atomic_write_text
-from .tokens import Counter, Unbuildable
+from .tokens import Counter, Unbuildable, trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -162,11 +162,5 @@ def _release(counter) -> None:
 
 
 def _release_memory() -> None:
-    """Give the C heap's free pages back after a build (glibc keeps them: a 262k-token vocabulary's
-    build leaves ~250 MB resident that is free inside the process); nothing where there is no glibc."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    """The C heap's free pages back to the system (``tokens.trim_heap``)."""
+    trim_heap()
