@@ -139,3 +139,13 @@ def test_a_sentencepiece_servers_counter_counts_as_its_tokenize():
         assert counter.count(text) == len(reference.tokenize(text))
     finally:
         server.close()
+
+
+def test_harvey_check_says_the_server_counts_or_why_not():
+    from app.cli import _token_counts
+
+    with ScriptedOpenAI(kind="llama") as llama, ScriptedOpenAI(kind="vllm", models={"org/tiny": 2048}) as vllm:
+        said = _token_counts(OpenAIServer(llama.url, connect_timeout=1.0, read_timeout=5.0), "tiny:1b")
+        assert said == "token counts exact (the server's own tokenizer (llama.cpp /tokenize, tiny:1b))"
+        said = _token_counts(OpenAIServer(vllm.url, connect_timeout=1.0, read_timeout=5.0), "org/tiny")
+        assert said.startswith("token counts estimated from bytes per token: ") and "has no /tokenize (HTTP 404)" in said

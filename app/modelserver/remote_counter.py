@@ -60,7 +60,7 @@ class RemoteCounter:
         self.model = model
         self.dialect = dialect             # "llama" (llama-server, llamafile) or "vllm"
         self.name = name
-        self.family = dialect              # for harvey check: what counted
+        self.family = f"{dialect} /tokenize"   # for harvey check: the server counts (no VERIFIED_PRE entry)
         self.segmentable = segmentable
         self._kept: OrderedDict[bytes, int] = OrderedDict()
         self._last_starts: tuple[bytes, array] | None = None
