@@ -8,9 +8,12 @@ so the page is served with the bytes-per-token estimate; every later ask gets th
 which is off the request path already.
 
 Kept: the two most recently used counters in memory (an LRU of 2: a Pi has room for a chat
-model's and a second model's vocabulary, not for every installed model's), and each built
-tokenizer on disk by the model's digest (``data/tokenizers/DIGEST.json``) so a restart does
-not fetch the vocabulary again. A model that cannot be counted exactly is remembered with the
+model's and a second model's vocabulary, not for every installed model's), and each model's
+vocabulary on disk by its digest (``data/tokenizers/DIGEST.json``: the GGUF keys it is built
+from, ``Counter.dumps``; a tokenizer loaded from its own JSON would stay ~21 MB larger) so a
+restart does not fetch it again; once saved, a counter keeps only its tokenizer (``_release``).
+A server that counts itself (``remote_counter``) has no digest here: nothing is kept on disk,
+it is asked once per process. A model that cannot be counted exactly is remembered with the
 reason (also on disk, ``DIGEST.none``), so it is not fetched again either; ``state`` tells
 ``harvey check`` which it is.
 """
