@@ -268,10 +268,10 @@ def _token_counts(server, model: str) -> str:
     (and keeps it in data/tokenizers, so the app's first chat need not fetch the vocabulary)."""
     from .modelserver.tokens import VERIFIED_PRE
 
-    server.counter(model, wait=True)
+    counter = server.counter(model, wait=True)
     state, detail = server.counter_state(model)
     if state == "exact":
-        verified = VERIFIED_PRE.get(detail.split("/")[-1], "")
+        verified = VERIFIED_PRE.get(str(getattr(counter, "family", "")).split("/")[-1], "")
         return f"token counts exact ({detail}; verified with {verified})" if verified else \
             f"token counts exact ({detail})"
     return f"token counts estimated from bytes per token: {detail or 'the vocabulary could not be fetched'}"

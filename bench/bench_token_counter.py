@@ -73,16 +73,16 @@ def child(model: str, show_json: Path, cache: Path) -> dict:
             out["build_cpu_s"] = round(time.process_time() - cpu, 2)
             del info
             cache.write_text(counter.dumps(), encoding="utf-8")
-            from app.modelserver.counting import _release_memory
+            from app.modelserver.counting import _release
 
-            _release_memory()
+            _release(counter)          # what counting.TokenCounters does after a build
             out["built_rss_mb"] = round(_rss_mb(), 1)
         else:
-            from app.modelserver.counting import _release_memory
+            from app.modelserver.counting import _release
 
             started, cpu = time.perf_counter(), time.process_time()
             counter = Counter.loads(cache.read_text(encoding="utf-8"))
-            _release_memory()          # what counting.TokenCounters does after a load
+            _release(counter)          # what counting.TokenCounters does after a load
             out["disk_s"] = round(time.perf_counter() - started, 2)
             out["disk_cpu_s"] = round(time.process_time() - cpu, 2)
             out["loaded_rss_mb"] = round(_rss_mb(), 1)

@@ -62,6 +62,7 @@ class ScriptedOpenAI(ScriptedServer):
         self.unavailable = 0                # answer this many next chats with 503 (a server loading a model)
         self.refuse_format = False          # answer a chat with response_format as a server without it
         self.props_unavailable = 0          # answer this many next /props with 503 (llama-server loading)
+        self.vllm_tokenize = False          # as kind="vllm": serve vLLM's /tokenize (model + prompt -> count, tokens)
         self.requests: list[Recorded] = []
         self.in_flight = 0                  # chat requests being answered now
         self.max_in_flight = 0              # the most chat requests ever answered at once
@@ -126,6 +127,11 @@ def _handler_for(server: ScriptedOpenAI):
             try:
                 if self.path == "/tokenize" and server.kind == "llama":
                     return self._json(200, {"tokens": list(range(server.tokens(body.get("content", ""))))})
+                if self.path == "/tokenize" and server.kind == "vllm" and server.vllm_tokenize:
+                    if "prompt" not in body or body.get("model") not in server.models:
+                        return self._error(400, "1 validation error: prompt or messages required", "BadRequestError")
+                    n = server.tokens(body["prompt"])
+                    return self._json(200, {"count": n, "max_model_len": 4096, "tokens": list(range(n))})
                 if self.path == "/v1/embeddings":
                     texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
                     data = [{"index": i, "object": "embedding", "embedding": [len(t) / 100, i / 10, 0.5]}

@@ -382,9 +382,10 @@ def test_the_error_card_names_the_model_server_not_ollama(tmp_path, make_live):
         assert "Ollama" not in shown and "ollama pull" not in shown
 
 
-def test_llama_servers_exact_count_sizes_a_named_file_once_per_kind(tmp_path, llama, make_live):
-    """A kind of text without a figure yet gets the server's exact count of the file's sample
-    (/tokenize, one call), and the card's plan uses it; named again, nothing is counted again."""
+def test_llama_servers_tokenize_counts_a_named_file_once(tmp_path, llama, make_live):
+    """llama-server's /tokenize is the model's counter (issue 30, ``remote_counter``): the card's
+    size is its count of the file, not a calibrated guess; named again, nothing is counted again
+    (each text's count is kept)."""
     from pathlib import Path
 
     from test_analysis import big_markdown
@@ -393,18 +394,19 @@ def test_llama_servers_exact_count_sizes_a_named_file_once_per_kind(tmp_path, ll
     Path(config.workspace).mkdir(parents=True)
     (Path(config.workspace) / "big.md").write_text(big_markdown())
     live = make_live(config)
+    assert live.services.models.counter("tiny:1b", wait=True) is not None
     name = live.open_session()
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     job = live.services.jobs.open_for(name)
-    counted = [r.body["content"] for r in llama.requests if r.path == "/tokenize"]
-    assert len(counted) == 1 and 1000 <= len(counted[0]) <= 32000 and big_markdown().startswith(counted[0])
-    exact = len(counted[0].encode()) / llama.tokens(counted[0])               # 4 bytes a token here
-    assert live.services.calibration.bytes_per_token("tiny:1b", "markdown") == pytest.approx(exact)
-    assert job.bytes_per_token == pytest.approx(exact, abs=0.01)              # not Markdown's guess (2.72)
+    assert job.tokens_counted and job.file_tokens == llama.tokens(big_markdown())
+    assert live.services.calibration.samples("tiny:1b", "markdown") == 0      # counted, not calibrated
+    asked = len(llama.requests)
+    assert big_markdown() in [r.body.get("content") for r in llama.requests if r.path == "/tokenize"]
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "no"})
-    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md again"})
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     assert live.services.jobs.open_for(name) is not None
-    assert llama.paths().count("/tokenize") == 1
+    again = [r.body.get("content") for r in llama.requests[asked:] if r.path == "/tokenize"]
+    assert big_markdown() not in again and len(again) <= 2    # kept: at most the new words are counted
 
 
 def test_a_server_without_a_tokenizer_leaves_the_estimate_alone(tmp_path, vllm, make_live):

@@ -15,7 +15,8 @@ from __future__ import annotations
 import pytest
 
 from app.modelserver.ollama import OllamaServer
-from app.modelserver.tokens import PRE_REGEX, VERIFIED_PRE, Counter, Unbuildable, build, counter_from_info
+from app.modelserver.tokens import (CACHED_KEYS, PRE_REGEX, VERIFIED_PRE, Counter, Unbuildable, build,
+                                    counter_from_info)
 from scripted_ollama import ScriptedOllama
 from token_texts import texts
 from vocab import LlamaCpp, gemma_gguf, model_info, smollm_gguf, with_pre
@@ -107,9 +108,32 @@ def test_a_counter_built_from_its_json_counts_the_same(smollm):
     info, reference = smollm
     built = counter_from_info(info)
     loaded = Counter.loads(built.dumps())
-    assert (loaded.name, loaded.segmentable) == ("gpt2/smollm", True)
+    assert (loaded.name, loaded.family, loaded.segmentable) == (built.name, "gpt2/smollm", True)
+    assert built.name == "byte-level BPE (smollm) from the model's own vocabulary (Smollm2 135M 8k Lc100K Mix1 Ep2, 49,152 tokens)"
     for _, text in texts()[::7]:
         assert loaded.ids(text) == built.ids(text)
+
+
+def test_the_disk_cache_keeps_the_vocabulary_not_the_tokenizer_and_memory_lets_it_go(smollm):
+    """The cache holds the GGUF keys the counter is built from (a tokenizer loaded from its own JSON
+    stays ~21 MB larger for Gemma's 262k tokens); once saved, the counter drops them. A cache an
+    earlier version wrote (the tokenizer's JSON) still loads."""
+    import json
+
+    from app.modelserver.counting import _release
+
+    info, _ = smollm
+    built = counter_from_info(info)
+    header, _, body = built.dumps().partition("\n")
+    assert json.loads(header)["format"] == "gguf-keys"
+    assert set(json.loads(body)) == {k for k in CACHED_KEYS if k in info}
+    _release(built)
+    with pytest.raises(ValueError):
+        built.dumps()
+    assert built.count("Hello, world") == 3
+    old = json.dumps({"name": "gpt2/smollm", "segmentable": True}) + "\n" + built._tokenizer.to_str()
+    loaded = Counter.loads(old)
+    assert (loaded.family, loaded.count("Hello, world")) == ("gpt2/smollm", 3)
 
 
 def _long_text() -> str:
@@ -330,7 +354,8 @@ def test_harvey_check_says_which_models_are_counted_and_why_not(tmp_path, vocab_
                             text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "smol:135m: token counts exact (gpt2/smollm; verified with SmolLM2-135M" in out
+    assert "smol:135m: token counts exact (byte-level BPE (smollm) from the model's own vocabulary (" in out
+    assert "; verified with SmolLM2-135M" in out
     assert "plain:1b: token counts estimated from bytes per token: " in out and "no tokenizer" in out
     assert "qwen:1b: token counts estimated from bytes per token: its pre-tokenizer 'deepseek-llm' is not" in out
     assert list(Path(tmp_path).glob("**/tokenizers/*.json"))      # kept for the app's first chat

@@ -190,8 +190,10 @@ class Job:
     # Issue 30: ``file_tokens`` is the model's own count of the file's text (its tokenizer was known
     # and the text read), not an estimate: the card says "82,872 tokens", not "about".
     tokens_counted: bool = False
-    # Issue 30: the token counter the chunks were packed by (``ChunkSettings.counter``; "": bytes over
-    # ``bytes_per_token``): the worker packs the file again with it and gets the card's very chunks.
+    # Issue 30: the token counter the chunks were packed by, in words (``Counter.name``: "byte-level BPE
+    # (smollm) from the model's own vocabulary (…)", "MODEL's own tokenizer at llama-server's
+    # /tokenize"; ``ChunkSettings.counter``; "": bytes over ``bytes_per_token``): the card says what
+    # counted, and the worker packs the file again with it and gets the card's very chunks.
     counter: str = ""
     # The chunks the user agreed to run when they started it (the card's count, or the first N; after
     # "read the rest", the file's): a re-plan runs up to this many before it asks, not up to max_chunks

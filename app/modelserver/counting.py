@@ -8,9 +8,12 @@ so the page is served with the bytes-per-token estimate; every later ask gets th
 which is off the request path already.
 
 Kept: the two most recently used counters in memory (an LRU of 2: a Pi has room for a chat
-model's and a second model's vocabulary, not for every installed model's), and each built
-tokenizer on disk by the model's digest (``data/tokenizers/DIGEST.json``) so a restart does
-not fetch the vocabulary again. A model that cannot be counted exactly is remembered with the
+model's and a second model's vocabulary, not for every installed model's), and each model's
+vocabulary on disk by its digest (``data/tokenizers/DIGEST.json``: the GGUF keys it is built
+from, ``Counter.dumps``; a tokenizer loaded from its own JSON would stay ~21 MB larger) so a
+restart does not fetch it again; once saved, a counter keeps only its tokenizer (``_release``).
+A server that counts itself (``remote_counter``) has no digest here: nothing is kept on disk,
+it is asked once per process. A model that cannot be counted exactly is remembered with the
 reason (also on disk, ``DIGEST.none``), so it is not fetched again either; ``state`` tells
 ``harvey check`` which it is.
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..storage import atomic_write_text
-from .tokens import Counter, Unbuildable
+from .tokens import Counter, Unbuildable, trim_heap
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +122,7 @@ class TokenCounters:
         if path is not None:
             if path.exists():
                 counter = Counter.loads(path.read_text(encoding="utf-8"))
-                _release_memory()
+                _release(counter)
                 return counter, None
             refused = path.with_suffix(".none")
             if refused.exists():
@@ -131,9 +134,9 @@ class TokenCounters:
             if path is not None:
                 self._save(path.with_suffix(".none"), str(exc))
             return None, str(exc)
-        if path is not None:
+        if path is not None and hasattr(counter, "release"):
             self._save(path, counter.dumps())
-        _release_memory()
+        _release(counter)
         log.info("exact token counter for %s ready (%s)", model, counter.name)
         return counter, None
 
@@ -153,12 +156,14 @@ class TokenCounters:
             log.warning("could not keep the tokenizer at %s: %s", path, exc)
 
 
-def _release_memory() -> None:
-    """Give the C heap's free pages back after a build (glibc keeps them: a 262k-token vocabulary's
-    build leaves ~250 MB resident that is free inside the process); nothing where there is no glibc."""
-    try:
-        import ctypes
+def _release(counter) -> None:
+    """The counter keeps only its tokenizer from here on (its vocabulary's keys, 8 MB of Python
+    strings and lists for 262k tokens, go), and the heap's free pages go back."""
+    if hasattr(counter, "release"):
+        counter.release()
+    _release_memory()
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+
+def _release_memory() -> None:
+    """The C heap's free pages back to the system (``tokens.trim_heap``)."""
+    trim_heap()

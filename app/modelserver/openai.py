@@ -152,13 +152,21 @@ class OpenAIServer(HttpServer):
         return len(_json(response).get("tokens", []))
 
     def _build_counter(self, model: str):
-        """No counter in the app: a count over HTTP for every message on the request path costs a
-        request each; llama-server's ``/tokenize`` instead gives each kind of text its exact figure
-        from a file's sample (``count_tokens``, ``Calibration.observe_count``)."""
+        """The server's own ``/tokenize`` as the model's counter (llama-server, llamafile, vLLM;
+        ``remote_counter``); ``Unbuildable`` where it has none, and the estimate stays."""
+        from .remote_counter import detect
         from .tokens import Unbuildable
 
-        raise Unbuildable("an OpenAI-compatible server's vocabulary is not served; llama-server's /tokenize "
-                          "calibrates the estimate from each kind of text's sample")
+        if self._tokenize is False:                 # count_tokens found none: not asked again
+            raise Unbuildable(f"{self} has no /tokenize: token counts are estimated")
+
+        def post(path: str, body: dict):
+            response = self._request("POST", path, json=body, timeout=60.0)
+            if response.status_code in (404, 405, 501):
+                self._tokenize = False              # and count_tokens does not ask either
+            return response.status_code, _json(response)
+
+        return detect(post, model, str(self))
 
     # -- chat -------------------------------------------------------------------------
 

@@ -120,6 +120,18 @@ def describe(info: dict) -> str:
     return f"{model}/{pre}" if pre and model == "gpt2" else str(model)
 
 
+def label(info: dict) -> str:
+    """What counts, in words, for the card, the job and ``harvey check``: "byte-level BPE (smollm)
+    from the model's own vocabulary (Smollm2 135M…, 49,152 tokens)"."""
+    model = _key(info, "model")
+    kind = {"gpt2": f"byte-level BPE ({_key(info, 'pre') or 'default'})", "llama": "SentencePiece"}.get(
+        model, str(model or "?"))
+    name = str(info.get("general.name") or "").strip()
+    size = len(_key(info, "tokens") or [])
+    about = ", ".join(part for part in (name, f"{size:,} tokens" if size else "") if part)
+    return f"{kind} from the model's own vocabulary" + (f" ({about})" if about else "")
+
+
 def build(info: dict):
     """A ``tokenizers.Tokenizer`` that counts as llama.cpp does, from the GGUF tokenizer keys in
     ``info`` (``model_info`` of ``/api/show`` verbose).  Raises ``Unbuildable`` with the reason
@@ -227,10 +239,16 @@ class Counter:
 
     exact = True
 
-    def __init__(self, tokenizer, name: str = "", segmentable: bool = False):
+    def __init__(self, tokenizer, name: str = "", segmentable: bool = False, family: str = ""):
         self._tokenizer = tokenizer
-        self.name = name
+        self.name = name                    # what counts, in words (``label``): the job and the card say it
+        self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
         self.segmentable = segmentable
+        self._info: dict | None = None      # the GGUF keys it was built from, until ``release`` (the disk cache)
+
+    def release(self) -> None:
+        """Drop the vocabulary's keys once the disk cache has them (or cannot): only the tokenizer stays."""
+        self._info = None
 
     def count(self, text: str) -> int:
         """Tokens in ``text`` as the model's server counts it inside a prompt (specials parsed)."""
@@ -241,7 +259,10 @@ class Counter:
         # one piece at a time in this thread: encode_batch would start a thread pool, each thread
         # with a C heap arena of its own that keeps its memory (60 MB more RSS after a 4 MB text)
         encode = self._tokenizer.encode
-        return sum(len(encode(piece, add_special_tokens=False).ids) for piece in _segments(text))
+        total = sum(len(encode(piece, add_special_tokens=False).ids) for piece in _segments(text))
+        if len(text) > TRIM_AFTER_CHARS:
+            trim_heap()
+        return total
 
     def starts(self, text: str):
         """Where each token of ``text`` starts (character offsets, ascending, an ``array('i')``:
@@ -262,6 +283,8 @@ class Counter:
                 out.append(start)
                 last = start
             base += len(piece)
+        if len(text) > TRIM_AFTER_CHARS:
+            trim_heap()
         return out
 
     def ids(self, text: str) -> list[int]:
@@ -269,27 +292,52 @@ class Counter:
         return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
 
     def dumps(self) -> str:
-        """The counter for the disk cache: a header line, then the tokenizer's JSON."""
-        header = json.dumps({"name": self.name, "segmentable": self.segmentable})
-        return f"{header}\n{self._tokenizer.to_str()}"
+        """The counter for the disk cache: a header line, then the GGUF keys it was built from
+        (``CACHED_KEYS``; ``loads`` builds it again from them: a tokenizer loaded from its own JSON,
+        ``Tokenizer.from_str``, stays ~21 MB larger for a 262k-token vocabulary, bench/RESULTS.md)."""
+        if self._info is None:
+            raise ValueError("this counter was not built from a vocabulary (nothing to keep on disk)")
+        header = json.dumps({"name": self.name, "segmentable": self.segmentable, "family": self.family,
+                             "format": "gguf-keys"})
+        return f"{header}\n{json.dumps(self._info, ensure_ascii=False, separators=(',', ':'))}"
 
     @classmethod
     def loads(cls, data: str) -> "Counter":
-        """What ``dumps`` wrote."""
-        from tokenizers import Tokenizer
-
+        """What ``dumps`` wrote (and the tokenizer JSON an earlier version kept)."""
         header, _, body = data.partition("\n")
         meta = json.loads(header)
-        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")))
+        if meta.get("format") == "gguf-keys":
+            info = json.loads(body)
+            del body, data
+            return counter_from_info(info, meta.get("name", ""))
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")),
+                   meta.get("family", ""))
 
 
-def _segments(text: str) -> list[str]:
-    """``text`` in pieces of about ``SEGMENT_CHARS``, each cut at a ``_CUT`` place (none: whole)."""
+TRIM_AFTER_CHARS = 2**20     # after counting a longer text, the C heap's free pages go back (``trim_heap``)
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back (glibc keeps them): after a build (a 262k-token vocabulary's
+    leaves ~250 MB resident that is free inside the process) and after counting a long text (a 4 MB
+    text leaves ~45 MB: the encodings' buffers); nothing where there is no glibc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _segments(text: str, size: int = SEGMENT_CHARS) -> list[str]:
+    """``text`` in pieces of about ``size`` characters, each cut at a ``_CUT`` place (none: whole)."""
     pieces, start = [], 0
-    while len(text) - start > SEGMENT_CHARS:
-        match = _CUT.search(text, start + SEGMENT_CHARS // 2, start + SEGMENT_CHARS)
+    while len(text) - start > size:
+        match = _CUT.search(text, start + size // 2, start + size)
         if match is None:
-            match = _CUT.search(text, start + SEGMENT_CHARS)
+            match = _CUT.search(text, start + size)
             if match is None:
                 break
         pieces.append(text[start:match.end()])
@@ -306,6 +354,13 @@ def _segmentable(info: dict) -> bool:
     return not any(ty in SPECIAL_TYPES and _CUT.search(t) for t, ty in zip(tokens, types))
 
 
+CACHED_KEYS = ("general.name", *(KEY + k for k in ("model", "pre", "tokens", "token_type", "merges", "scores",
+                                                  "add_space_prefix")))
+
+
 def counter_from_info(info: dict, name: str = "") -> Counter:
-    """``Counter`` built from ``model_info``; raises ``Unbuildable``."""
-    return Counter(build(info), name or describe(info), _segmentable(info))
+    """``Counter`` built from ``model_info``; raises ``Unbuildable``.  It keeps the keys it was built
+    from for ``dumps`` until ``release``."""
+    counter = Counter(build(info), name or label(info), _segmentable(info), describe(info))
+    counter._info = {k: info[k] for k in CACHED_KEYS if k in info}
+    return counter
