@@ -63,6 +63,7 @@ class ScriptedOpenAI(ScriptedServer):
         self.refuse_format = False          # answer a chat with response_format as a server without it
         self.props_unavailable = 0          # answer this many next /props with 503 (llama-server loading)
         self.vllm_tokenize = False          # as kind="vllm": serve vLLM's /tokenize (model + prompt -> count, tokens)
+        self.tokenize_fails = 0             # answer this many next /tokenize with 500 (a server failing mid-count)
         self.requests: list[Recorded] = []
         self.in_flight = 0                  # chat requests being answered now
         self.max_in_flight = 0              # the most chat requests ever answered at once
@@ -125,6 +126,9 @@ def _handler_for(server: ScriptedOpenAI):
             body = json.loads(self.rfile.read(size) or b"{}")
             rec = server._record("POST", self.path, body)
             try:
+                if self.path == "/tokenize" and server.tokenize_fails:
+                    server.tokenize_fails -= 1
+                    return self._error(500, "tokenizer failed", "server_error")
                 if self.path == "/tokenize" and server.kind == "llama":
                     return self._json(200, {"tokens": list(range(server.tokens(body.get("content", ""))))})
                 if self.path == "/tokenize" and server.kind == "vllm" and server.vllm_tokenize:

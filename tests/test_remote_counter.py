@@ -149,3 +149,30 @@ def test_harvey_check_says_the_server_counts_or_why_not():
         assert said == "token counts exact (the server's own tokenizer (llama.cpp /tokenize, tiny:1b))"
         said = _token_counts(OpenAIServer(vllm.url, connect_timeout=1.0, read_timeout=5.0), "org/tiny")
         assert said.startswith("token counts estimated from bytes per token: ") and "has no /tokenize (HTTP 404)" in said
+
+
+def test_a_count_the_server_fails_leaves_the_page_with_the_estimate(tmp_path, make_live):
+    """llama-server answering /tokenize with a 500 after its counter was built: the chat page still
+    draws (it was a 502), its status line on the estimate; a message sent meanwhile is kept with a
+    card that says the count failed; once the server counts again so does the page."""
+    from test_openai_server import openai_config
+    from waiting import wait_until
+
+    with ScriptedOpenAI(kind="llama") as llama:
+        live = make_live(openai_config(tmp_path, llama.url))
+        assert live.services.models.counter("tiny:1b", wait=True) is not None
+        name = live.open_session()
+        live.post(f"/s/{name}/messages", data={"message": "hello " * 50})
+        wait_until(lambda: not live.services.activities.busy(name), 20, "the reply to be recorded")
+        llama.tokenize_fails = 100           # the reply's text is new: the status line must count it
+        page = live.get(f"/s/{name}")
+        assert llama.tokenize_fails < 100, "the page asked the server for no count"
+        assert page.status_code == 200 and "tokens free" in page.text
+        sent = live.post(f"/s/{name}/messages", data={"message": "a new question to count"})
+        assert sent.status_code == 200, sent.text[-500:]
+        turns = live.services.store.load(name).turns
+        assert turns[-1].user_text == "a new question to count"          # the message is kept
+        assert "/tokenize answered HTTP 500" in html.unescape(sent.text)       # and the card says why
+        llama.tokenize_fails = 0
+        again = live.get(f"/s/{name}")
+        assert again.status_code == 200 and "tokens free" in again.text

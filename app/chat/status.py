@@ -6,6 +6,8 @@ by the chat page, the analysis card's direct start and the use cases.
 
 from __future__ import annotations
 
+import logging
+
 from ..budget import fit_history, new_budget
 from ..errors import ModelError
 from ..retrieval import embedding
@@ -13,6 +15,8 @@ from ..routing import match_recorded
 from ..sessions import fountain
 from ..sessions.store import Session
 from . import prepare
+
+log = logging.getLogger(__name__)
 
 
 def installed(svc) -> tuple[list[str], str]:
@@ -83,15 +87,26 @@ def status_for(svc, session: Session, model: str) -> dict:
         return status
     status["demo"] = facts.demo        # the bundled stand-in model: the page says so (issue 31)
     counter = svc.models.counter(model)            # issue 30: counted where the model's tokenizer is known
-    template = svc.calibration.templates.cost(model) if counter is not None else None
-    budget = new_budget(svc.config, model, facts.context_length, status["bytes_per_token"],
-                        fit.cap if fit else None, counter=counter, template=template)
+    try:
+        budget = _history_budget(svc, session, model, facts, fit, status["bytes_per_token"], counter)
+    except ModelError as exc:      # the server's own count failed (its /tokenize): the estimate stands in
+        log.warning("status line of %s: the server's token count failed (%s); estimated instead", model, exc)
+        budget = _history_budget(svc, session, model, facts, fit, status["bytes_per_token"], None)
     status["exact"] = budget.exact
-    fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
-                prepare.history_turns(session.turns))
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
                   low=budget.low, components=dict(budget.components), limited_by=budget.limited_by,
                   memory="; ".join(fit.lines()) if fit else "",
                   reply_cap=min(svc.config.chat.reply_tokens,
                                 budget.components.get("reply", 0) + max(0, budget.remaining)))
     return status
+
+
+def _history_budget(svc, session: Session, model: str, facts, fit, bytes_per_token: float, counter):
+    """The budget with the system prompt and the session's history fitted: counted with ``counter``
+    (the model's own tokens), or estimated from bytes when it is None."""
+    template = svc.calibration.templates.cost(model) if counter is not None else None
+    budget = new_budget(svc.config, model, facts.context_length, bytes_per_token,
+                        fit.cap if fit else None, counter=counter, template=template)
+    fit_history(budget, prepare.system_prompt(svc.config, svc.config.workspace_path),
+                prepare.history_turns(session.turns))
+    return budget
