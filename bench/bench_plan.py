@@ -23,6 +23,7 @@ import re
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,16 +50,17 @@ def _reply(body):
     return Reply(text="SYNTHESIZED.")
 
 
-def run_one(path: Path, info: dict, counter) -> dict:
-    from app import chunking
-
+@contextmanager
+def analysed(path: Path, info: dict, counter, timeout_s: float = 600):
+    """``path`` analysed through waitress against a scripted Ollama that counts with ``counter`` over
+    the vocabulary ``info`` ("Summarize each part.", the whole file): yields (server, job, card, workspace)
+    once the job has ended or ``timeout_s`` passed; ``card`` is what the card said before the start."""
     with tempfile.TemporaryDirectory() as tmp, ScriptedOllama(models={MODEL: 8192}, script=_reply) as server:
         server.model_info[MODEL] = info
         server.count_fn = counter.count
         live = live_app(Path(tmp), server.url, model=MODEL)
         try:
-            config = live.config
-            workspace = Path(config.workspace)
+            workspace = Path(live.config.workspace)
             workspace.mkdir(parents=True, exist_ok=True)
             (workspace / path.name).write_bytes(path.read_bytes())
             live.services.models.counter(MODEL, wait=True)
@@ -68,27 +70,34 @@ def run_one(path: Path, info: dict, counter) -> dict:
             card = dict(chunks=job.chunks, size=job.size_tokens, tokens=job.file_tokens, counted=job.tokens_counted)
             live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize each part.",
                                                                       "scope": "all"})
-            deadline = time.monotonic() + 600
+            deadline = time.monotonic() + timeout_s
             while job.state not in ("done", "confirm", "failed", "interrupted") and time.monotonic() < deadline:
                 time.sleep(0.2)
-            maps = []
-            for rec in server.chats():
-                m = CHUNK.search(rec.body["messages"][-1]["content"])
-                if m:
-                    text = rec.body["messages"][-1]["content"][m.end():].split("\n---\nAnswer in at most")[0]
-                    over = server.prompt_tokens(rec.body) + rec.body["options"]["num_predict"] > rec.num_ctx
-                    maps.append((int(m.group(1)), counter.count(text), over))
-            true = counter.count(chunking.read_document(workspace / path.name).text)
-            sizes = [n for _, n, _ in sorted(maps)]
-            room = job.size_tokens
-            body = sizes[:-1] or sizes
-            return dict(file=path.name, state=job.state, card=card["chunks"], card_tokens=card["tokens"],
-                        counted=card["counted"], calls=len(maps), total=job.total, true=true, room=room,
-                        fewest=math.ceil(true / room), over=sum(o for _, _, o in maps),
-                        fill_avg=sum(body) / len(body) / room, fill_min=min(body) / room,
-                        replans=len(job.replans))
+            yield server, job, card, workspace
         finally:
             close_quietly(live)
+
+
+def run_one(path: Path, info: dict, counter) -> dict:
+    from app import chunking
+
+    with analysed(path, info, counter) as (server, job, card, workspace):
+        maps = []
+        for rec in server.chats():
+            m = CHUNK.search(rec.body["messages"][-1]["content"])
+            if m:
+                text = rec.body["messages"][-1]["content"][m.end():].split("\n---\nAnswer in at most")[0]
+                over = server.prompt_tokens(rec.body) + rec.body["options"]["num_predict"] > rec.num_ctx
+                maps.append((int(m.group(1)), counter.count(text), over))
+        true = counter.count(chunking.read_document(workspace / path.name).text)
+        sizes = [n for _, n, _ in sorted(maps)]
+        room = job.size_tokens
+        body = sizes[:-1] or sizes
+        return dict(file=path.name, state=job.state, card=card["chunks"], card_tokens=card["tokens"],
+                    counted=card["counted"], calls=len(maps), total=job.total, true=true, room=room,
+                    fewest=math.ceil(true / room), over=sum(o for _, _, o in maps),
+                    fill_avg=sum(body) / len(body) / room, fill_min=min(body) / room,
+                    replans=len(job.replans))
 
 
 def measure() -> list[dict]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,46 +29,24 @@ for _p in (str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from _harness import close_quietly, live_app  # noqa: E402
-from bench_plan import CHUNK, DOCS, MODEL, _reply  # noqa: E402
-from scripted_ollama import ScriptedOllama  # noqa: E402
+from bench_plan import CHUNK, DOCS, analysed  # noqa: E402
 
 LANGCHAIN_MAP = 'Write a concise summary of the following:\n\n\n"{text}"\n\n\nCONCISE SUMMARY:'
 
 
 def run_app(path: Path, info: dict, counter) -> dict:
-    import tempfile
-
     from app import chunking
 
-    with tempfile.TemporaryDirectory() as tmp, ScriptedOllama(models={MODEL: 8192}, script=_reply) as server:
-        server.model_info[MODEL] = info
-        server.count_fn = counter.count
-        live = live_app(Path(tmp), server.url, model=MODEL)
-        try:
-            workspace = Path(live.config.workspace)
-            workspace.mkdir(parents=True, exist_ok=True)
-            (workspace / path.name).write_bytes(path.read_bytes())
-            live.services.models.counter(MODEL, wait=True)
-            session = live.open_session()
-            live.post(f"/s/{session}/messages", data={"message": f"Summarize {path.name}"})
-            job = live.services.jobs.open_for(session)
-            live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize each part.",
-                                                                      "scope": "all"})
-            deadline = time.monotonic() + 900
-            while job.state not in ("done", "confirm", "failed", "interrupted") and time.monotonic() < deadline:
-                time.sleep(0.2)
-            maps = [rec for rec in server.chats() if CHUNK.search(rec.body["messages"][-1]["content"])]
-            text = chunking.read_document(workspace / path.name).text
-            chunk_text = 0
-            for rec in maps:
-                content = rec.body["messages"][-1]["content"]
-                chunk_text += counter.count(content[CHUNK.search(content).end():].split("\n---\nAnswer in at most")[0])
-            return dict(file=path.name, state=job.state, text=text, room=job.size_tokens, calls=len(maps),
-                        prompt=sum(server.prompt_tokens(rec.body) for rec in maps), chunk_text=chunk_text,
-                        true=counter.count(text), per_message=server.template_tokens)
-        finally:
-            close_quietly(live)
+    with analysed(path, info, counter, timeout_s=900) as (server, job, _card, workspace):
+        maps = [rec for rec in server.chats() if CHUNK.search(rec.body["messages"][-1]["content"])]
+        text = chunking.read_document(workspace / path.name).text
+        chunk_text = 0
+        for rec in maps:
+            content = rec.body["messages"][-1]["content"]
+            chunk_text += counter.count(content[CHUNK.search(content).end():].split("\n---\nAnswer in at most")[0])
+        return dict(file=path.name, state=job.state, text=text, room=job.size_tokens, calls=len(maps),
+                    prompt=sum(server.prompt_tokens(rec.body) for rec in maps), chunk_text=chunk_text,
+                    true=counter.count(text), per_message=server.template_tokens)
 
 
 def langchain_map(text: str, room: int, counter, per_message: tuple[int, int]) -> tuple[int, int]:
