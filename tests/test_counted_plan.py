@@ -299,3 +299,37 @@ def _asked_about_a_file(tmp_path, server, smollm, make_live, tokens: int = 14000
     session = live.open_session()
     live.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
     return config, live, name, session, live.services.jobs.open_for(session)
+
+
+def test_a_counted_job_whose_counter_is_away_is_interrupted_not_failed(tmp_path, smollm, make_live, monkeypatch):
+    """The model's counter planned the job; when the run starts it cannot be had (its server loading,
+    a restart before the vocabulary came back): the job is interrupted with Retry, never failed with
+    "the file changed" (a failed job can only be discarded, and its answers with it); Retry, once the
+    counter is back, runs the card's plan."""
+    info, reference = smollm
+    with ScriptedOllama(models={MODEL: 8192}, script=map_or_reduce) as server:
+        server.model_info[MODEL] = info
+        server.count_fn = reference.count
+        config = make_config(tmp_path, server.url, model=MODEL)
+        workspace = Path(config.workspace)
+        workspace.mkdir(parents=True)
+        name, text = _file("md", reference.count, 14000)
+        (workspace / name).write_text(text, encoding="utf-8")
+        live = make_live(config)
+        models = live.services.models
+        assert models.counter(MODEL, wait=True) is not None
+        session = live.open_session()
+        live.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"})
+        job = live.services.jobs.open_for(session)
+        assert job.counter and job.tokens_counted
+        counter = models.counter
+        monkeypatch.setattr(models, "counter", lambda model, wait=False: None)     # away for the run
+        live.post(f"/s/{session}/analysis/{job.id}/start", data={"instruction": "Summarize each part.", "scope": "all"})
+        wait_for(lambda: job.state in ("interrupted", "failed", "done"), 60, "the run to stop")
+        assert job.state == "interrupted", job.message
+        assert "not available yet" in job.message and "Retry" in job.message
+        assert not live.services.activities.busy(session)            # the session is given back
+        monkeypatch.setattr(models, "counter", counter)
+        live.post(f"/s/{session}/analysis/{job.id}/resume")
+        wait_settled(live, job, timeout=120)
+        assert job.state == "done" and job.done_count == job.chunks

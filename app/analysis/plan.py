@@ -14,6 +14,7 @@ from .. import chunking
 from ..chunking import source_of
 from ..budget import (calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget,
                       margin_share)
+from ..errors import ModelError
 from ..workspace import Workspace
 from .job import Job, without_directive
 from .mapreduce import map_prompt_overhead, map_system_for, ranges, reduce_messages
@@ -238,9 +239,20 @@ def document(svc, job: Job, tokens: bool = True) -> chunking.Document:
         return chunking.with_settings(doc, dataclasses.replace(doc.settings, counter=job.counter))
     if job.counter:           # planned by the model's tokens: the same counter gives the same chunks
         counter = svc.models.counter(job.model, wait=True)
-        if counter is not None:
-            doc = chunking.with_counter(doc, counter)
+        if counter is None:
+            raise CounterUnavailable(f"the token counter of {job.model} that planned this analysis is not "
+                                     "available yet (its server may be loading)")
+        doc = chunking.with_counter(doc, counter)
     return doc
+
+
+class CounterUnavailable(ModelError):
+    """The job was planned by the model's own tokens and that counter cannot be had now (its server
+    is loading or away): the run waits for Retry, since chunks cut any other way would not be the
+    ones the user agreed to (nor the ones already answered)."""
+
+    kind = "unreachable"
+    transient = True
 
 
 REPLAN_CHANGE = 0.10     # re-plan when the file's measured figure differs from the one in use by more

@@ -50,7 +50,7 @@ from collections import OrderedDict
 
 from .. import chunking
 from .. import routing
-from ..errors import Busy, HarveyError
+from ..errors import Busy, HarveyError, ModelError
 from ..errors import one_line as _one_line
 from ..events import EventLog
 from ..work.activity import Activity
@@ -466,16 +466,30 @@ class JobRunner:
             self._after_stop(job)
         except OSError as exc:                # job.json or results.jsonl cannot be written: a full disk
             self._given_back(job, exc)
-        except Exception as exc:  # a job must never kill the worker
-            log.exception("analysis %s failed", job.id)
+        except ModelError as exc:             # the model server, away while the file was read or counted
+            if not exc.transient:
+                return self._failed(job, exc)
+            log.warning("analysis %s: the model server is away (%s); interrupted", job.id, exc)
             try:
-                self._fail(job, f"The analysis failed: {_one_line(exc)}")
+                Execution(self.steps).interrupt(job, exc, during="reading of the file")
             except InvalidTransition:
                 pass
-            except OSError as unsaved:        # the failure cannot be saved either
+            except OSError as unsaved:
                 self._given_back(job, unsaved)
+        except Exception as exc:  # a job must never kill the worker
+            self._failed(job, exc)
         finally:
             self._let_go(job)
+
+    def _failed(self, job: Job, exc: Exception) -> None:
+        """The run ended on an error it could not recover from: the job fails with it (logged)."""
+        log.exception("analysis %s failed", job.id, exc_info=exc)
+        try:
+            self._fail(job, f"The analysis failed: {_one_line(exc)}")
+        except InvalidTransition:
+            pass
+        except OSError as unsaved:        # the failure cannot be saved either
+            self._given_back(job, unsaved)
 
     def _let_go(self, job: Job) -> None:
         """The lane's item is over: a job it left running, synthesizing or cancelling (states only
@@ -501,6 +515,10 @@ class JobRunner:
         self._progress(job)
         try:
             doc = plan.document(self.svc, job)
+        except ModelError as exc:
+            if exc.transient:
+                raise                     # the server is away: interrupted, Retry goes on (``_serve``)
+            return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         if not job.fingerprint:           # planned from its measure (too large to read in a request)
