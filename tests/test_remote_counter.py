@@ -176,3 +176,14 @@ def test_a_count_the_server_fails_leaves_the_page_with_the_estimate(tmp_path, ma
         llama.tokenize_fails = 0
         again = live.get(f"/s/{name}")
         assert again.status_code == 200 and "tokens free" in again.text
+
+
+def test_a_server_loading_its_model_is_asked_again_for_its_counter():
+    """llama-server answers /tokenize with an error while its model loads: that is not "no counter"
+    for the life of the process (it was), the counter is built when asked again."""
+    with ScriptedOpenAI(kind="llama") as llama:
+        llama.tokenize_fails = 1
+        models = OpenAIServer(llama.url, connect_timeout=1.0, read_timeout=5.0)
+        assert models.counter("tiny:1b", wait=True) is None
+        assert models.counter_state("tiny:1b")[0] != "estimated"
+        assert models.counter("tiny:1b", wait=True) is not None

@@ -179,6 +179,10 @@ def detect(post: Post, model: str, server: str) -> RemoteCounter:
     for dialect in ("llama", "vllm"):
         status, data = post("/tokenize", _body(dialect, model, PROBE, pieces=False))
         answers.append(status)
+        if status not in MISSING and (status >= 500 or status == 429):
+            # busy or loading (llama-server answers 503 while its model loads): asked again later, not
+            # taken as "no counter" for the life of the process
+            raise ServerError(f"{server}'s /tokenize answered HTTP {status} ({_words(data)})", http_status=status)
         if status in MISSING:
             raise Unbuildable(f"{server} has no /tokenize (HTTP {status}): token counts are estimated")
         tokens = data.get("tokens") if isinstance(data, dict) else None
