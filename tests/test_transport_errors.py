@@ -160,3 +160,16 @@ def test_a_body_that_is_not_json_is_the_servers_answer():
     server.close()
     assert isinstance(info.value, errors.ServerAnswered) and isinstance(info.value, errors.StreamBroken)
     assert "not JSON" in str(info.value)
+
+
+def test_a_request_after_the_client_closed_is_unreachable_not_a_crash(scripted):
+    """Services.close() closes the model client while waitress may still serve a request (a page
+    being drawn at SIGTERM): that request gets the server "out of reach", which pages show as such,
+    not httpx's RuntimeError (a 500)."""
+    from app.modelserver import Unreachable
+
+    server = OllamaServer(scripted.url)
+    assert server.models()
+    server.close()
+    with pytest.raises(Unreachable, match="shutting down"):
+        server._request("GET", "/api/tags")

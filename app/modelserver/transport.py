@@ -95,6 +95,10 @@ def map_transport_errors(server: "HttpServer", stage: Stage) -> Iterator[None]:
         yield
     except Exception as exc:
         mapped = transport_error(exc, server, stage)
+        if mapped is None and isinstance(exc, RuntimeError) and getattr(server, "closed", False):
+            # a request still being served while the app shuts down (``Services.close`` closed the
+            # client): said as the server being out of reach, not a server error page
+            mapped = Unreachable(f"{server.name} is not asked any more: the app is shutting down.")
         if mapped is None:
             raise
         raise mapped from None
@@ -111,9 +115,12 @@ class HttpServer(ModelServer):
         self._timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         self._http = httpx.Client(base_url=self.url, timeout=self._timeout)
         self._chat_http = httpx.Client(base_url=self.url, timeout=self._timeout, transport=ConnectionPerCall())
+        self.closed = False
 
     def close(self) -> None:
-        """Close the pooled connections (a chat's own connection closes with its stream)."""
+        """Close the pooled connections (a chat's own connection closes with its stream); a request
+        made after this is ``Unreachable`` (``map_transport_errors``)."""
+        self.closed = True
         self._http.close()
         self._chat_http.close()
 
