@@ -148,6 +148,7 @@ class Indexer:
         self._plain: OrderedDict[str, str] = OrderedDict()        # helped name -> the default chunker's
         self._fell_back: OrderedDict[str, str] = OrderedDict()    # helped names whose help fell back
         self._lock = threading.Lock()
+        self._closing = False             # the app is shutting down: every build's call is cut
         self.lane = worker.lane("index", self._serve)
 
     # -- asking -----------------------------------------------------------------------------
@@ -374,6 +375,7 @@ class Indexer:
         """The app is shutting down: every build stops now, its model call in flight cut (the batches
         stored stay; the next start embeds only the rest)."""
         with self._lock:
+            self._closing = True
             running = [p for p in self._tasks.values() if not p.finished.is_set()]
         for progress in running:
             progress.stop.set()
@@ -387,8 +389,9 @@ class Indexer:
         call to it): ``close`` stops it, and ``cancel`` too when ``cancel_cuts``. Set before the stop is
         read, so a stop either sees it or was seen."""
         activity = Activity(f"index-{fingerprint}", "", "index", 0)
-        progress.activity, progress.cancel_cuts = activity, cancel_cuts
-        if progress.stop.is_set() and cancel_cuts:
+        progress.cancel_cuts = cancel_cuts          # before the activity: a cancel reads them in that order
+        progress.activity = activity
+        if progress.stop.is_set() and (cancel_cuts or self._closing):
             activity.stop()
         try:
             yield activity
