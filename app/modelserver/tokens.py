@@ -239,12 +239,13 @@ class Counter:
 
     exact = True
 
-    def __init__(self, tokenizer, name: str = "", segmentable: bool = False, family: str = ""):
+    def __init__(self, tokenizer, name: str = "", segmentable: bool = False, family: str = "",
+                 info: dict | None = None):
         self._tokenizer = tokenizer
         self.name = name                    # what counts, in words (``label``): the job and the card say it
         self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
         self.segmentable = segmentable
-        self._info: dict | None = None      # the GGUF keys it was built from, until ``release`` (the disk cache)
+        self._info = info                   # the GGUF keys it was built from, until ``release`` (the disk cache)
 
     def release(self) -> None:
         """Drop the vocabulary's keys once the disk cache has them (or cannot): only the tokenizer stays."""
@@ -361,6 +362,5 @@ CACHED_KEYS = ("general.name", *(KEY + k for k in ("model", "pre", "tokens", "to
 def counter_from_info(info: dict, name: str = "") -> Counter:
     """``Counter`` built from ``model_info``; raises ``Unbuildable``.  It keeps the keys it was built
     from for ``dumps`` until ``release``."""
-    counter = Counter(build(info), name or label(info), _segmentable(info), describe(info))
-    counter._info = {k: info[k] for k in CACHED_KEYS if k in info}
-    return counter
+    return Counter(build(info), name or label(info), _segmentable(info), describe(info),
+                   info={k: info[k] for k in CACHED_KEYS if k in info})
