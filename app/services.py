@@ -19,11 +19,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .budget import Calibration
 from .config import Config
+from .events import StreamGate
 from .modelserver import ModelServer, connect
+
+if TYPE_CHECKING:           # what the fields hold; made (and imported) in ``from_config``
+    from .analysis.runner import JobRunner
+    from .retrieval.indexer import Indexer
+    from .sessions.store import SessionStore
+    from .work.activity import Activities
+    from .work.calls import ModelCalls
+    from .work.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +98,6 @@ class Services:
 
         for path in (config.data_path, config.sessions_path, config.workspace_path):
             path.mkdir(parents=True, exist_ok=True)
-        from .events import StreamGate
-
         models = connect(config)
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
         store = SessionStore(config.sessions_path, user_name=config.user_name,

@@ -111,6 +111,11 @@ class EmbeddingCall:
         return self._embedding.cancelled
 
 
+def server_error(error: BaseException | None) -> ModelError | None:
+    """The model server's own error that ended a call, for its card (a stop is no error)."""
+    return error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
+
+
 def outcome_of(stream: ChatStream | EmbeddingCall, error: BaseException | None) -> str:
     """What became of a call that ended (the one rule every kind of model work reads)."""
     if stream.cancelled or isinstance(error, Cancelled):
@@ -194,7 +199,7 @@ class ModelCalls:
             if stream.usage is None and not stream.cancelled:
                 stream.cancel()             # left before the end: free the connection (the server stops)
             call.outcome = outcome_of(stream, error)
-            call.error = error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
+            call.error = server_error(error)
             call.warning = self._close(activity, stream, request)
 
     def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
@@ -225,7 +230,7 @@ class ModelCalls:
             if not call.ended and not embedding.cancelled:
                 embedding.cancel()          # left before it was made (or while it runs): nothing goes on
             call.outcome = outcome_of(call, error)
-            call.error = error if isinstance(error, ModelError) and not isinstance(error, Cancelled) else None
+            call.error = server_error(error)
             activity.detach(embedding)
 
     def embed(self, activity, model: str, texts: str | list[str]) -> list[list[float]]:
