@@ -602,6 +602,41 @@ def test_ollama_lost_during_the_synthesis_then_retry_runs_only_the_synthesis(app
     assert len(reduces(scripted)) == 2
 
 
+def test_a_resume_tapped_as_the_card_turns_interrupted_is_followed_to_its_own_end(app, monkeypatch):
+    """The interrupted run's last event ("state", which ends a follower's stream) is logged in the
+    same locked step as the change: a Resume tapped the moment the card says "interrupted" starts
+    a run whose new follower never ends on the earlier run's event. Here that event is held back
+    until the Resume has been queued (or 1 s has passed): logged outside the lock, it would land
+    after the resumed run's first event id and end the new follower's stream at once."""
+    live, scripted = app
+    scripted.script = slow_maps(0.03)
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize.")
+    runner = live.services.jobs
+    log_ = runner.log_for(job)
+    queued, append, submit = threading.Event(), log_.append, runner._submit
+
+    def held_append(event, data=""):
+        if event == "state" and data == "interrupted" and not queued.is_set():
+            queued.wait(1.0)
+        return append(event, data)
+
+    def submitted(j):
+        submit(j)
+        queued.set()
+
+    monkeypatch.setattr(log_, "append", held_append)
+    monkeypatch.setattr(runner, "_submit", submitted)
+    wait_for(lambda: job.done_count >= 2, what="two chunks")
+    scripted.kill()
+    wait_state(job, "interrupted")
+    scripted.revive()
+    live.post(f"/s/{name}/analysis/{job.id}/resume")
+    events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done", [e for e, _, _ in events]
+    assert [d for e, d, _ in events if e == "state"] and "SYNTHESIZED" in events[-2][1]
+
+
 def test_after_a_resume_a_new_follower_sees_this_run_to_its_end(app):
     live, scripted = app
     scripted.script = slow_maps(0.03)

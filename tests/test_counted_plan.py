@@ -328,7 +328,7 @@ def test_a_counted_job_whose_counter_is_away_is_interrupted_not_failed(tmp_path,
         wait_for(lambda: job.state in ("interrupted", "failed", "done"), 60, "the run to stop")
         assert job.state == "interrupted", job.message
         assert "not available yet" in job.message and "Retry" in job.message
-        assert not live.services.activities.busy(session)            # the session is given back
+        wait_for(lambda: not live.services.activities.busy(session), what="the session given back")
         monkeypatch.setattr(models, "counter", counter)
         live.post(f"/s/{session}/analysis/{job.id}/resume")
         wait_settled(live, job, timeout=120)

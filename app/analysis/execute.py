@@ -272,7 +272,6 @@ class Execution:
         self.steps.transition(job, "interrupted", message=(
             f"{server} could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks "
             f"are finished and kept. Retry when {server} is back."))
-        self.steps.emit_state(job)
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
               chunk: bool = False, format: dict | None = None, holder: Part | None = None,

@@ -149,7 +149,6 @@ class Retrieval:
                 self.steps.transition(job, "interrupted", message=(
                     f"{job.file} could not be indexed: {progress.note or progress.state}. Retry when the model "
                     "server is back."))
-                self.steps.emit_state(job)
                 return None
             log.info("retrieval %s: index incomplete (%s); keyword search", job.id, progress.note)
         return progress
@@ -285,7 +284,6 @@ class Retrieval:
             elif exc.transient:
                 self.steps.transition(job, "interrupted", message=(
                     f"The model server could not be reached: {_one_line(exc)} Retry when it is back."))
-                self.steps.emit_state(job)
             else:
                 self.steps.fail(job, f"The answer failed: {_one_line(exc)}")
             return None

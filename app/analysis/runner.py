@@ -72,6 +72,11 @@ OVERFLOW_TEXT = ('Context overflow: {file} is approximately {tokens:,} tokens;\n
 # The states in which a job holds its session's activity: its card waits for the instruction, it
 # runs, or its outcome is being written into the session.
 HOLDING = ("proposed", *ACTIVE, "done", "dropped")
+# The states a run leaves a job in for the user (Retry or Resume, keep or drop, read on): the
+# "state" event that ends its followers' streams is logged in the same locked step as the change,
+# so a Resume tapped the moment the card says "interrupted" starts a run whose followers never see
+# the earlier run's end.
+AWAITING = ("choose", "confirm", "interrupted", "failed")
 KEEP_SETTLED = 8            # settled jobs kept for late event followers; older ones are forgotten
 
 
@@ -94,7 +99,7 @@ class JobRunner:
         # What a run's steps (the map queue, the calls, the passages answer) may ask of the runner,
         # and nothing else of it (issue 34).
         self.steps = RunSteps(svc, self.machine, transition=self.transition, stopped=self._stopped,
-                              progress=self._progress, partial=self._partial, emit_state=self._emit_state,
+                              progress=self._progress, partial=self._partial,
                               after_stop=self._after_stop, fail=self._fail, finish=self._finish,
                               activity_of=self._activity_of)
         self._stopping = False
@@ -118,7 +123,8 @@ class JobRunner:
 
         A job that leaves the states that hold its session (``HOLDING``) gives the session back, in
         the same step under the runner's lock: whoever sees the new state (a tap on Retry, a message)
-        finds the session free already."""
+        finds the session free already. A job left for the user (``AWAITING``) tells its followers in
+        that step too."""
         with self._lock:
             self.machine.transition(job, new_state, **changes)
             if new_state not in HOLDING:
@@ -127,6 +133,8 @@ class JobRunner:
                 activity = self._activity_of(job)
                 if activity is not None:
                     activity.waiting = new_state == "proposed"
+            if new_state in AWAITING:
+                self._emit_state(job)
         return job
 
     # -- the session's activity ---------------------------------------------------------
@@ -334,11 +342,10 @@ class JobRunner:
 
     def cancel(self, job: Job) -> None:
         """Stop the run: close the request in flight; no new chunk starts."""
-        activity, unqueued = None, False
+        activity = None
         with self._lock:
             if job.state == "queued":      # not picked up yet: the worker will find it is not queued
                 self._move(job, "choose")
-                unqueued = True
             elif job.state in WORKING:
                 self._move(job, "cancelling")
                 activity = self._activity_of(job)
@@ -346,18 +353,19 @@ class JobRunner:
                 return
         if activity is not None:
             activity.stop()                # the call in flight ends now, whatever stage it is at
-        if unqueued:
-            self._emit_state(job)
 
     def _move(self, job: Job, new_state: str) -> None:
         """A transition the user asked for (Cancel) that must happen even when the state cannot be
         saved: then it happens in memory, and the card says why."""
-        try:
-            self.transition(job, new_state)
-        except OSError as exc:
-            self.machine.unsaved(job, new_state, message=self._unsaved_message(exc))
-            if new_state not in HOLDING:
-                self._release(job)
+        with self._lock:
+            try:
+                self.transition(job, new_state)
+            except OSError as exc:
+                self.machine.unsaved(job, new_state, message=self._unsaved_message(exc))
+                if new_state not in HOLDING:
+                    self._release(job)
+                if new_state in AWAITING:
+                    self._emit_state(job)
 
     @staticmethod
     def _unsaved_message(exc: OSError) -> str:
@@ -368,12 +376,13 @@ class JobRunner:
         """The job's state cannot be saved: it becomes interrupted in memory (Retry when the disk has
         room), its session is given back, and the card says why."""
         log.error("analysis %s: its state cannot be saved (%s); interrupted, the session is given back", job.id, exc)
-        try:
-            self.machine.unsaved(job, "interrupted", message=self._unsaved_message(exc))
-        except InvalidTransition:
-            return                   # settled or waiting on the user already
-        self._release(job)
-        self._emit_state(job)
+        with self._lock:
+            try:
+                self.machine.unsaved(job, "interrupted", message=self._unsaved_message(exc))
+            except InvalidTransition:
+                return                   # settled or waiting on the user already
+            self._release(job)
+            self._emit_state(job)
 
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
@@ -404,8 +413,10 @@ class JobRunner:
 
     def _requeue(self, job: Job, expect: str, **changes) -> None:
         """Send a job that waits on the user (``expect``) back to work: it holds its session again,
-        under the session's lock so that no message slips in between, and is queued."""
-        with self.svc.store.lock(job.session):
+        under the session's lock so that no message slips in between, and is queued. The state is
+        checked under the runner's lock too: a run still letting go of the job (its transition gives
+        the session back in that lock) has finished doing so when the check sees the new state."""
+        with self.svc.store.lock(job.session), self._lock:
             if job.state != expect:
                 raise InvalidTransition(f"The analysis of {job.file} is {job.state} now, not {expect}.")
             self._retake(job)
@@ -505,7 +516,6 @@ class JobRunner:
             return self._given_back(job, exc)
         except InvalidTransition:
             return
-        self._emit_state(job)
 
     def _run(self, job: Job) -> None:
         try:
@@ -548,7 +558,6 @@ class JobRunner:
         self.transition(job, "confirm", expect="running", unread=unread, message=(
             f"{job.file} is denser than planned: the whole file needs {job.chunks} chunks, and the {job.total} "
             "agreed have run."))
-        self._emit_state(job)
 
     def _stopped(self, job: Job) -> bool:
         return self._stopping or job.state not in WORKING
@@ -560,11 +569,8 @@ class JobRunner:
                 self.transition(job, "interrupted", message=self._stopped_message(job))
             elif job.state == "cancelling":
                 self.transition(job, "choose")
-            else:
-                return
         except InvalidTransition:
             return
-        self._emit_state(job)
 
     @staticmethod
     def _stopped_message(job: Job) -> str:
@@ -578,7 +584,6 @@ class JobRunner:
             except (TurnMoved, SessionNotFound) as exc:
                 message += f" (It could not be recorded in the session either: {_one_line(exc)})"
         self.transition(job, "failed", message=message)
-        self._emit_state(job)
 
     # -- the session record ---------------------------------------------------------------
 
@@ -594,7 +599,6 @@ class JobRunner:
             self.transition(job, "failed", message=(
                 f"The answer could not be written into the session: {_one_line(exc)}"
                 + (" It is kept below." if answer else "")))
-            self._emit_state(job)
             return
         self._settle(job)
 

@@ -25,18 +25,20 @@ class RunSteps:
 
     def __init__(self, svc, machine: StateMachine, *, transition: Callable[..., Job],
                  stopped: Callable[[Job], bool], progress: Callable[..., None], partial: Callable[[Job, int], None],
-                 emit_state: Callable[[Job], None], after_stop: Callable[[Job], None],
+                 after_stop: Callable[[Job], None],
                  fail: Callable[..., None], finish: Callable[[Job, str | None, str], None],
                  activity_of: Callable[[Job], Activity | None]):
         self.svc = svc              # the services a step calls (the model calls, the indexer, the config)
         self.machine = machine      # the job's saved changes and results (``job.StateMachine``)
         self._transition, self._stopped, self._progress, self._partial = transition, stopped, progress, partial
-        self._emit_state, self._after_stop, self._fail, self._finish = emit_state, after_stop, fail, finish
+        self._after_stop, self._fail, self._finish = after_stop, fail, finish
         self._activity_of = activity_of
 
     def transition(self, job: Job, new_state: str, **changes) -> Job:
         """Move the job to ``new_state`` (checked, saved, and the session given back when it leaves
-        the holding states): the one way a step changes the job's state, so it never races a view."""
+        the holding states): the one way a step changes the job's state, so it never races a view.
+        A job left for the user (interrupted, confirm, failed) tells the card's followers in the same
+        step."""
         return self._transition(job, new_state, **changes)
 
     def stopped(self, job: Job) -> bool:
@@ -52,11 +54,6 @@ class RunSteps:
     def partial(self, job: Job, index: int) -> None:
         """Tell the followers chunk ``index``'s partial answer was recorded (the card can open it)."""
         self._partial(job, index)
-
-    def emit_state(self, job: Job) -> None:
-        """Tell the followers the job's state changed (their stream renders the new card, then ends):
-        a step calls it after a transition it made that leaves the run (interrupted, confirm)."""
-        self._emit_state(job)
 
     def after_stop(self, job: Job) -> None:
         """The run saw it was stopped: the job goes where the stop sends it (after a cancel the user
