@@ -33,7 +33,7 @@ from .config import Config
 from .storage import atomic_write_text
 
 if TYPE_CHECKING:
-    from .modelserver import Usage
+    from .modelserver import ModelServer, Usage
 
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
@@ -420,6 +420,19 @@ class Calibration:
 # and 3 for the reply's turn; Gemma's: 5 and 3; Llama 3's: 5 and 4; 25 with a date line).
 DEFAULT_TEMPLATE = (8, 24)
 TEMPLATE_OBSERVATIONS = 8
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What sizing a turn, a file or an analysis needs, and nothing more (issue 34): the settings,
+    the model server (its windows and token counters) and the calibration (bytes per token,
+    template costs, speeds). ``chat.prepare``, ``chat.status`` and ``analysis.plan`` take this
+    instead of the whole service bag, so a reader sees they never touch a session, a job or a
+    worker; ``Services.sizing`` makes one."""
+
+    config: Config
+    models: ModelServer
+    calibration: Calibration
 
 
 class TemplateCosts:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
-from .budget import Calibration
+from .budget import Calibration, Sizing
 from .config import Config
 from .events import StreamGate
 from .modelserver import ModelServer, connect
@@ -57,6 +57,12 @@ class Services:
     _stops: list[tuple[str, Stop]] = field(default_factory=list, repr=False)
     _closed: bool = field(default=False, repr=False)
     _close_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def sizing(self) -> Sizing:
+        """What the chat's budget and the analysis plan may use: the settings, the model server and
+        the calibration (made on each use, so it always names the parts in use now)."""
+        return Sizing(self.config, self.models, self.calibration)
 
     def on_close(self, name: str, stop: Stop) -> None:
         """Register ``stop`` to run at ``close()``: stops run in reverse order of registration."""

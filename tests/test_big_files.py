@@ -83,7 +83,7 @@ def test_measure_of_a_damaged_pdf_is_the_damaged_card_not_a_crash(tmp_path):
 def test_a_huge_text_file_is_planned_without_being_read(live_big, spied):
     """Unit: the card's plan of a file with more text than a request may read is its measure."""
     live, _, _ = live_big
-    fields = plan.plan(live.services, "huge.txt", "tiny:1b", "Summarize huge.txt")
+    fields = plan.plan(live.services.sizing, "huge.txt", "tiny:1b", "Summarize huge.txt")
     assert spied == []
     assert fields["fingerprint"] == "" and fields["chunks"] > 100
     assert fields["file_tokens"] == pytest.approx(BIG_TEXT_BYTES / fields["bytes_per_token"], rel=0.05)

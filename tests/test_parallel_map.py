@@ -189,7 +189,7 @@ def test_a_stop_during_a_re_plan_keeps_the_answer_that_already_arrived(tmp_path,
     name = live.open_session()
     job, _ = start_job(live, name, "Summarize.")
 
-    def replan(svc, stopped, doc, done):
+    def replan(sizing, stopped, doc, done):
         live.services.jobs.cancel(stopped)
         return dict(chunks=stopped.chunks, message=stopped.message)
     monkeypatch.setattr(plan, "replan", replan)

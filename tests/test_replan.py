@@ -106,7 +106,7 @@ def test_a_denser_part_is_re_sized_before_its_requests_pass_the_window(tmp_path,
     live.post(f"/s/{name}/messages", data={"message": "Summarize dense.md"})
     job = live.services.jobs.open_for(name)
     # the precondition: a chunk of the plan's size in the densest part would pass the window
-    doc = plan.document(live.services, job)
+    doc = plan.document(live.services.sizing, job)
     plan_bytes = max(len(c.text.encode()) for c in chunking.chunk_document(doc))
     assert plan_bytes / DENSITY["DENSEST"] > 2048
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize.", "scope": "all"})
@@ -131,7 +131,7 @@ def _job(doc, chunks, **fields):
                fingerprint=doc.fingerprint, window=8192, bytes_per_token=4.0, **fields)
 
 
-def _svc(max_chunks=20):
+def _sizing(max_chunks=20):
     from types import SimpleNamespace
     return SimpleNamespace(config=SimpleNamespace(chunking=SimpleNamespace(max_chunks=max_chunks)))
 
@@ -146,9 +146,9 @@ def test_a_resume_retrying_an_earlier_chunk_never_re_plans_over_finished_ones(mo
     chunks = chunking.chunk_document(doc)
     job = _job(doc, chunks, measured_bpt=3.0)
     job.results = {i: ChunkResult(i, "error" if i == 3 else "ok") for i in range(10)}
-    assert plan.replan(_svc(), job, doc, chunks[:4]) is None
+    assert plan.replan(_sizing(), job, doc, chunks[:4]) is None
     job.results = {i: ChunkResult(i, "ok") for i in range(4)}          # a fresh run at the same point
-    assert plan.replan(_svc(), job, doc, chunks[:4]) is not None
+    assert plan.replan(_sizing(), job, doc, chunks[:4]) is not None
 
 
 def test_a_re_plan_never_runs_more_chunks_than_the_user_agreed_to(monkeypatch):
@@ -161,12 +161,12 @@ def test_a_re_plan_never_runs_more_chunks_than_the_user_agreed_to(monkeypatch):
     done = {i: ChunkResult(i, "ok") for i in range(2)}
     # "all" of a file under the limit: a much denser figure makes more chunks than max_chunks
     everything = _job(doc, chunks, measured_bpt=1.5, selected=len(chunks), results=dict(done))
-    changes = plan.replan(_svc(max_chunks=len(chunks) + 5), everything, doc, chunks[:2])
+    changes = plan.replan(_sizing(max_chunks=len(chunks) + 5), everything, doc, chunks[:2])
     assert changes["chunks"] > len(chunks) + 5 and changes["selected"] == len(chunks) + 5
     assert "denser than planned" in changes["message"]
     # "the first 10": still the first 10
     first = _job(doc, chunks, measured_bpt=1.5, selected=10, results=dict(done))
-    assert plan.replan(_svc(max_chunks=10), first, doc, chunks[:2])["selected"] == 10
+    assert plan.replan(_sizing(max_chunks=10), first, doc, chunks[:2])["selected"] == 10
 
 
 def test_a_chunk_cut_inside_a_long_table_keeps_the_table_header():
@@ -198,13 +198,13 @@ def test_a_re_plan_runs_up_to_the_count_the_card_said_then_asks(monkeypatch):
     done = {i: ChunkResult(i, "ok") for i in range(2)}
     card = len(chunks)
     job = _job(doc, chunks, measured_bpt=6.0, selected=card, agreed=card, scope="all", results=dict(done))
-    lighter = plan.replan(_svc(max_chunks=5), job, doc, chunks[:2])
+    lighter = plan.replan(_sizing(max_chunks=5), job, doc, chunks[:2])
     assert lighter["chunks"] < card and lighter["selected"] == lighter["chunks"]
     job.replans, job.chunks, job.selected = lighter["replans"], lighter["chunks"], lighter["selected"]
     job.measured_bpt = 3.7                   # denser again, within what the card said
-    again = plan.replan(_svc(max_chunks=5), job, doc, plan.job_chunks(_svc(), job, doc)[:2])
+    again = plan.replan(_sizing(max_chunks=5), job, doc, plan.job_chunks(_sizing(), job, doc)[:2])
     assert lighter["chunks"] < again["chunks"] <= card and again["selected"] == again["chunks"]
     job.measured_bpt = 1.5                   # far denser: more than the card said
-    denser = plan.replan(_svc(max_chunks=500), _job(doc, chunks, measured_bpt=1.5, selected=card, agreed=card,
+    denser = plan.replan(_sizing(max_chunks=500), _job(doc, chunks, measured_bpt=1.5, selected=card, agreed=card,
                                                     scope="all", results=dict(done)), doc, chunks[:2])
     assert denser["chunks"] > card and denser["selected"] == card and "denser than planned" in denser["message"]

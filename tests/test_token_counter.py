@@ -311,7 +311,7 @@ def test_two_markdown_files_that_fit_by_the_true_count_are_both_sent(tmp_path, s
         live = make_live(config)
         svc = live.services
         assert svc.models.counter("smol:135m", wait=True) is not None      # built (the worker's way)
-        free = prepare.prepare_files(svc, "Compare these two", "smol:135m").budget.remaining
+        free = prepare.prepare_files(svc.sizing, "Compare these two", "smol:135m").budget.remaining
         assert 6600 <= free <= 7000
         name = live.open_session()
         send_and_finish(live, name, "Compare a.md and b.md")

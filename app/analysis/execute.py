@@ -134,7 +134,7 @@ class Execution:
         """
         text = doc.text
         pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-        budget = plan.reply_budget(self.svc, job.task)
+        budget = plan.reply_budget(self.svc.sizing, job.task)
         section = " › ".join(chunk.heading_path)
         heading = section
         if pages:
@@ -313,7 +313,7 @@ class Execution:
             first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
             return self.steps.fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
                                    f"{first}", synthesis="error: no chunk produced an answer")
-        unread = plan.unread(job, doc, plan.job_chunks(self.svc, job, doc, whole=True))
+        unread = plan.unread(job, doc, plan.job_chunks(self.svc.sizing, job, doc, whole=True))
         self.steps.transition(job, "synthesizing", expect="running", unread=unread)
         self.steps.progress(job)
         relevant = [(i, r) for i, r in answered if r.relevant]
@@ -364,7 +364,7 @@ class Execution:
         parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
         note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
         note += extra
-        effective = plan.effective_context(self.svc, job.model, job.window)
+        effective = plan.effective_context(self.svc.sizing, job.model, job.window)
         cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
             lambda messages, reply: self._call(job, messages, reply, cuts=cuts), effective=effective,

@@ -12,7 +12,7 @@ import math
 
 from .. import chunking
 from ..chunking import source_of
-from ..budget import (calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget,
+from ..budget import (Sizing, calibration_kind, context_window, estimate_analysis, estimate_messages, map_reply_budget,
                       margin_share)
 from ..errors import ModelError
 from ..workspace import Workspace
@@ -27,7 +27,7 @@ COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is 
 PACK_COUNTED_MAX_CHARS = 16 * 2**20
 
 
-def plan(svc, file: str, model: str, instruction: str) -> dict:
+def plan(sizing: Sizing, file: str, model: str, instruction: str) -> dict:
     """The plan's job fields for ``file`` analysed by ``model``.
 
     Chunks are sized with the calibration for this kind of text (Markdown and
@@ -38,27 +38,27 @@ def plan(svc, file: str, model: str, instruction: str) -> dict:
     at all: the card shows an estimate (``estimated``) and the worker plans it
     exactly when the run starts (``exact``), so a request never holds a huge text.
     """
-    config = svc.config
-    window = context_window(config, model, svc.models.window(model), svc.models.memory_window(model))
+    config = sizing.config
+    window = context_window(config, model, sizing.models.window(model), sizing.models.memory_window(model))
     path = Workspace(config.workspace_path).resolve(file).path
     measured = chunking.measure(path)
     if measured.text_bytes > PLAN_READ_BYTES:
-        return estimated(svc, model, window, instruction, measured)
+        return estimated(sizing, model, window, instruction, measured)
     first = chunking.read_document(path)
-    counter = svc.models.counter(model)
+    counter = sizing.models.counter(model)
     if counter is not None and len(first.text) > COUNT_IN_REQUEST_BYTES:
         # too large to count while the card is drawn: a counted sample for the card ("about"),
         # the worker counts it exactly and plans (``exact``) before the first chunk
-        return estimated(svc, model, window, instruction, chunking.measure(path))
+        return estimated(sizing, model, window, instruction, chunking.measure(path))
     text_kind = calibration_kind(first.kind, first.text)
-    bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
+    bpt = sizing.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
-    doc = chunking.with_settings(first, settings(svc, model, window, bpt, task, counter))
+    doc = chunking.with_settings(first, settings(sizing, model, window, bpt, task, counter))
     if counter is not None:
         doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
     fields = dict(model=model, window=window, bytes_per_token=bpt, text_kind=text_kind,
-                  **_planned(svc, model, window, bpt, task, doc, planned), selected=_selection(svc, planned.chunks))
+                  **_planned(sizing, model, window, bpt, task, doc, planned), selected=_selection(sizing, planned.chunks))
     if counter is not None:
         fields.update(file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter)
     return fields
@@ -77,11 +77,11 @@ def _chunks_of(doc: chunking.Document) -> chunking.ChunkPlan:
     return chunking.plan_document(doc)
 
 
-def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.Document,
+def _planned(sizing: Sizing, model: str, window: int, bpt: float, task: str, doc: chunking.Document,
              planned: chunking.ChunkPlan | None = None) -> dict:
     """The fields an exact plan of ``doc`` decides (its chunks, what they cost, the text's identity)."""
     planned = planned or _chunks_of(doc)
-    estimate = estimate_cost(svc, model, window, bpt, task, planned.chunk_tokens, doc.counter)
+    estimate = estimate_cost(sizing, model, window, bpt, task, planned.chunk_tokens, doc.counter)
     chunks, source = planned.chunks, doc.source
     return dict(chunks=chunks, size_tokens=doc.settings.size_tokens, source=source_of(doc), boundary=doc.boundary,
                 kind=doc.kind, fingerprint=doc.fingerprint, file_tokens=doc.tokens, tokens_counted=False,
@@ -91,154 +91,154 @@ def _planned(svc, model: str, window: int, bpt: float, task: str, doc: chunking.
                 seconds_per_chunk=(estimate.seconds or 0.0) / max(1, chunks))
 
 
-def _selection(svc, chunks: int) -> int:
+def _selection(sizing: Sizing, chunks: int) -> int:
     """A new plan's selection: the whole file when it is within ``max_chunks`` (0: the user chooses)."""
-    return chunks if chunks <= svc.config.chunking.max_chunks else 0
+    return chunks if chunks <= sizing.config.chunking.max_chunks else 0
 
 
-def estimated(svc, model: str, window: int, instruction: str, measured: chunking.Measure) -> dict:
+def estimated(sizing: Sizing, model: str, window: int, instruction: str, measured: chunking.Measure) -> dict:
     """The card's fields for a file too large to read in a request, from its measure: tokens from
     its estimated text bytes, chunks from the chunk size (each chunk's text is at most its
     ``max_bytes``; overlaps and the fill rule are allowed for).  ``fingerprint`` stays empty:
     the worker plans exactly (``exact``) before the first chunk."""
     text_kind = calibration_kind(measured.kind, measured.sample)
-    bpt = svc.calibration.bytes_per_token(model, text_kind, conservative=True)
+    bpt = sizing.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
-    chosen = settings(svc, model, window, bpt, task)
+    chosen = settings(sizing, model, window, bpt, task)
     file_bpt = bpt
-    counter = svc.models.counter(model)
+    counter = sizing.models.counter(model)
     if counter is not None and measured.sample:         # the sample's counted density (still "about")
         file_bpt = max(1.0, len(measured.sample.encode()) / max(1, counter.count(measured.sample)))
     per_chunk = max(1, int(chosen.max_bytes * ESTIMATED_FILL))
     chunks = max(1, math.ceil(measured.text_bytes / per_chunk))
     if counter is not None and measured.sample and measured.text_bytes <= PACK_COUNTED_MAX_CHARS:
         # the worker will pack by the counted tokens
-        chosen = settings(svc, model, window, bpt, task, counter)
+        chosen = settings(sizing, model, window, bpt, task, counter)
         per_chunk = max(1, int(chosen.size_tokens * COUNTED_FILL))
         chunks = max(1, math.ceil(measured.text_bytes / file_bpt / per_chunk))
-    estimate = estimate_cost(svc, model, window, bpt, task, [chosen.size_tokens] * chunks)
+    estimate = estimate_cost(sizing, model, window, bpt, task, [chosen.size_tokens] * chunks)
     return dict(model=model, window=window, bytes_per_token=bpt, chunks=chunks, size_tokens=chosen.size_tokens,
                 source="", boundary=chunking.boundary_for_kind(measured.kind), kind=measured.kind, fingerprint="",
                 file_tokens=math.ceil(measured.text_bytes / file_bpt), tokens_counted=False, text_kind=text_kind,
                 pages=measured.pages,
                 image_pages="", estimated_calls=estimate.calls, estimated_seconds=estimate.seconds or 0.0,
-                seconds_per_chunk=(estimate.seconds or 0.0) / chunks, selected=_selection(svc, chunks))
+                seconds_per_chunk=(estimate.seconds or 0.0) / chunks, selected=_selection(sizing, chunks))
 
 
 ESTIMATED_FILL = 0.85    # a chunk holds about this share of its room (paragraph ends, overlap)
 COUNTED_FILL = 0.85      # the same for chunks packed by the model's tokens (bench/bench_plan.py)
 
 
-def exact(svc, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Document]:
+def exact(sizing: Sizing, job: Job, doc: chunking.Document) -> tuple[dict, chunking.Document]:
     """The fields of a job planned from an estimate, now that the worker has read the file
     (``doc``, read with the job's settings): its real chunks and identity, and the document they
     are chunks of (packed by the model's tokens when its counter is known: counted here, off the
     request path); the selection keeps what the user agreed to, so a file that needs more chunks
     than the card said asks before the first one past it."""
-    counter = svc.models.counter(job.model, wait=True)                # the worker: the count itself
+    counter = sizing.models.counter(job.model, wait=True)                # the worker: the count itself
     if len(doc.text) > PACK_COUNTED_MAX_CHARS:
         counter = None
     if counter is not None and doc.token_starts is None:
         doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
-    fields = _planned(svc, job.model, job.window, job.bytes_per_token, job.task, doc, planned)
+    fields = _planned(sizing, job.model, job.window, job.bytes_per_token, job.task, doc, planned)
     if counter is None:
-        return dict(fields, selected=_selected(svc, job, planned.chunks)), doc
+        return dict(fields, selected=_selected(sizing, job, planned.chunks)), doc
     # counted: the layout is final (no re-plan); more chunks than the card said are asked for first
     agreed = job.agreed or job.selected or job.chunks
     return dict(fields, file_tokens=_count_of(doc, counter), tokens_counted=True, counter=doc.settings.counter,
                 selected=min(planned.chunks, agreed)), doc
 
 
-def reply_budget(svc, task: str):
+def reply_budget(sizing: Sizing, task: str):
     """What each map call may generate for this instruction (``budget.map_reply_budget``)."""
-    return map_reply_budget(task, cap=svc.config.chunking.map_reply_tokens)
+    return map_reply_budget(task, cap=sizing.config.chunking.map_reply_tokens)
 
 
-def settings(svc, model: str, window: int, bpt: float, task: str, counter=None) -> chunking.ChunkSettings:
+def settings(sizing: Sizing, model: str, window: int, bpt: float, task: str, counter=None) -> chunking.ChunkSettings:
     """Chunk size from the config, shrunk if a map request would not fit the window.
 
     The map reply is reserved at the configured cap (not the shorter budget a summary
     gets), so an instruction edited on the card to "translate..." still fits.  With the
     model's ``counter`` the rest of the request is counted and the margin is the exact one.
     """
-    config = svc.config
-    effective = effective_context(svc, model, window)
-    fixed = (counted_map_fixed(svc, model, task, counter, effective) if counter is not None
-             else map_fixed_tokens(svc, task, bpt, effective))
+    config = sizing.config
+    effective = effective_context(sizing, model, window)
+    fixed = (counted_map_fixed(sizing, model, task, counter, effective) if counter is not None
+             else map_fixed_tokens(sizing, task, bpt, effective))
     size = max(64, min(config.chunking.chunk_size_tokens, effective - fixed))
     return chunking.ChunkSettings(size_tokens=size, overlap=config.chunking.overlap, bytes_per_token=bpt)
 
 
-def map_fixed_tokens(svc, task: str, bpt: float, effective: int) -> int:
+def map_fixed_tokens(sizing: Sizing, task: str, bpt: float, effective: int) -> int:
     """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
-    words = reply_budget(svc, task).words
+    words = reply_budget(sizing, task).words
     overhead = map_prompt_overhead(task, 9999, words)
     return (estimate_messages([{"content": map_system_for(task)}, {"content": overhead}], bpt)
-            + svc.config.chunking.map_reply_tokens + math.ceil(svc.config.budget.safety_margin * effective))
+            + sizing.config.chunking.map_reply_tokens + math.ceil(sizing.config.budget.safety_margin * effective))
 
 
-def counted_map_fixed(svc, model: str, task: str, counter, effective: int) -> int:
+def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective: int) -> int:
     """``map_fixed_tokens`` by the model's own count (issue 30): the system line and the prompt
     around the chunk counted, the label at half a token a byte of its cap (a label's words count
     fewer), the template's learnt cost, the reply's cap, and only the exact margin (what the
     count cannot know: the template before a reply taught it, a token where parts meet)."""
-    words = reply_budget(svc, task).words
+    words = reply_budget(sizing, task).words
     overhead = map_prompt_overhead(task, 9999, words).rstrip("x")
-    per_message, per_request = svc.calibration.templates.cost(model)
+    per_message, per_request = sizing.calibration.templates.cost(model)
     return (counter.count(map_system_for(task)) + counter.count(overhead) + chunking.LABEL_MAX_BYTES // 2
-            + 2 * per_message + per_request + svc.config.chunking.map_reply_tokens
-            + math.ceil(margin_share(svc.config, True) * effective))
+            + 2 * per_message + per_request + sizing.config.chunking.map_reply_tokens
+            + math.ceil(margin_share(sizing.config, True) * effective))
 
 
-def estimate_cost(svc, model: str, window: int, bpt: float, task: str, chunk_tokens, counter=None):
+def estimate_cost(sizing: Sizing, model: str, window: int, bpt: float, task: str, chunk_tokens, counter=None):
     """Calls, tokens and time of the planned analysis (``budget.estimate_analysis``); with the
     model's ``counter`` the map requests around the chunks are counted too (the synthesis is sized
     as the run sizes it: by the estimate and the configured margin, ``Execution._synthesize``)."""
-    config = svc.config
-    effective = effective_context(svc, model, window)
-    words = reply_budget(svc, task).words
+    config = sizing.config
+    effective = effective_context(sizing, model, window)
+    words = reply_budget(sizing, task).words
     map_parts = [{"content": map_system_for(task)}, {"content": map_prompt_overhead(task, 9999, words)}]
     reduce_parts = reduce_messages(task, [], "")
     map_fixed = estimate_messages(map_parts, bpt)
     if counter is not None:
-        per_message, per_request = svc.calibration.templates.cost(model)
+        per_message, per_request = sizing.calibration.templates.cost(model)
         map_fixed = sum(counter.count(m["content"]) + per_message for m in map_parts) + per_request
     reduce_fixed = estimate_messages(reduce_parts, bpt)
     room = effective - reduce_fixed - config.budget.reply_tokens - math.ceil(config.budget.safety_margin * effective)
     return estimate_analysis(list(chunk_tokens), map_fixed_tokens=map_fixed,
-                             map_reply_tokens=reply_budget(svc, task).num_predict,
+                             map_reply_tokens=reply_budget(sizing, task).num_predict,
                              reduce_room_tokens=max(64, room), reduce_fixed_tokens=reduce_fixed,
-                             final_reply_tokens=config.budget.reply_tokens, speed=svc.calibration.speed(model),
-                             reply_share=svc.calibration.reply_share(model))
+                             final_reply_tokens=config.budget.reply_tokens, speed=sizing.calibration.speed(model),
+                             reply_share=sizing.calibration.reply_share(model))
 
 
-def effective_context(svc, model: str, window: int) -> int:
+def effective_context(sizing: Sizing, model: str, window: int) -> int:
     """What the model uses well of its window (the config may say less than the window)."""
-    return min(svc.config.model(model).effective_context or window, window)
+    return min(sizing.config.model(model).effective_context or window, window)
 
 
-def seconds_per_chunk(svc, model: str, size_tokens: int) -> float:
+def seconds_per_chunk(sizing: Sizing, model: str, size_tokens: int) -> float:
     """From the model's measured speed, once known (0 = unknown)."""
-    speed = svc.calibration.speed(model)
+    speed = sizing.calibration.speed(model)
     if not speed:
         return 0.0
     prompt_tps, eval_tps = speed
-    return size_tokens / prompt_tps + svc.config.chunking.map_reply_tokens / eval_tps
+    return size_tokens / prompt_tps + sizing.config.chunking.map_reply_tokens / eval_tps
 
 
-def document(svc, job: Job, tokens: bool = True) -> chunking.Document:
+def document(sizing: Sizing, job: Job, tokens: bool = True) -> chunking.Document:
     """The job's file read with the job's settings (raises a HarveyError when it is gone or unreadable).
     A job packed by the model's tokens gets them counted again (the worker); ``tokens=False`` only
     names the counter in the settings, enough for the fingerprint (a request checking a resume)."""
-    wf = Workspace(svc.config.workspace_path).resolve(job.file)
-    chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=svc.config.chunking.overlap,
+    wf = Workspace(sizing.config.workspace_path).resolve(job.file)
+    chosen = chunking.ChunkSettings(size_tokens=job.size_tokens, overlap=sizing.config.chunking.overlap,
                                     bytes_per_token=job.bytes_per_token)
     doc = chunking.read_document(wf.path, chosen)
     if job.counter and not tokens:
         return chunking.with_settings(doc, dataclasses.replace(doc.settings, counter=job.counter))
     if job.counter:           # planned by the model's tokens: the same counter gives the same chunks
-        counter = svc.models.counter(job.model, wait=True)
+        counter = sizing.models.counter(job.model, wait=True)
         if counter is None:
             raise CounterUnavailable(f"the token counter of {job.model} that planned this analysis is not "
                                      "available yet (its server may be loading)")
@@ -260,7 +260,7 @@ REPLAN_CAUTION = 0.95    # a measured figure is a little high when a server reus
 MAX_REPLANS = 4          # a file whose density keeps changing is not re-planned after every chunk
 
 
-def job_chunks(svc, job: Job, doc: chunking.Document, whole: bool = False) -> list[chunking.Chunk]:
+def job_chunks(sizing: Sizing, job: Job, doc: chunking.Document, whole: bool = False) -> list[chunking.Chunk]:
     """The job's chunks: the plan's, with the rest re-sized at each re-plan (``chunking.chunks_from``);
     the run's first ``job.total``, or (``whole``) every chunk the file needs."""
     chunks = chunking.chunk_document(doc)
@@ -269,7 +269,7 @@ def job_chunks(svc, job: Job, doc: chunking.Document, whole: bool = False) -> li
     return chunks if whole else chunks[:job.total]          # (a re-plan set the new total)
 
 
-def _selected(svc, job: Job, chunks: int) -> int:
+def _selected(sizing: Sizing, job: Job, chunks: int) -> int:
     """How many of the re-planned chunks run before the user is asked again: all of them when the
     user chose the whole file, but never more than they agreed to (the count the card said when they
     started, ``job.agreed``; for a job from before, ``max_chunks`` or the larger count they chose; the
@@ -278,7 +278,7 @@ def _selected(svc, job: Job, chunks: int) -> int:
         return min(job.selected, chunks)
     if job.agreed:                       # issue 30: never past the count the card said, whatever max_chunks
         return min(chunks, job.agreed)
-    return min(chunks, max(svc.config.chunking.max_chunks, job.selected))
+    return min(chunks, max(sizing.config.chunking.max_chunks, job.selected))
 
 
 def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Document:
@@ -286,7 +286,7 @@ def _with_settings(doc: chunking.Document, bpt: float, size: int) -> chunking.Do
                                                                  size_tokens=size))
 
 
-def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) -> dict | None:
+def replan(sizing: Sizing, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) -> dict | None:
     """New job fields when the map calls so far show that the file's bytes per token is not the
     figure in use (#14): the chunks after ``done`` are re-sized to the measured one, so a file
     denser than its kind's calibration is not refused for size and a lighter one needs fewer
@@ -301,15 +301,15 @@ def replan(svc, job: Job, doc: chunking.Document, done: list[chunking.Chunk]) ->
         return None
     size = job.size_tokens
     if bpt > job.bytes_per_token:      # lighter: larger chunks, but each must still fit at the plan's figure
-        effective = effective_context(svc, job.model, job.window)
-        room = effective - map_fixed_tokens(svc, job.task, job.bytes_per_token, effective)
+        effective = effective_context(sizing, job.model, job.window)
+        room = effective - map_fixed_tokens(sizing, job.task, job.bytes_per_token, effective)
         size = max(64, min(size, math.floor(room * job.bytes_per_token / bpt)))
     at, offset = len(done), done[-1].end
     rest = chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
     chunks = at + len(rest)
-    estimate = estimate_cost(svc, job.model, job.window, bpt, job.task,
+    estimate = estimate_cost(sizing, job.model, job.window, bpt, job.task,
                              [c.tokens for c in done] + [c.tokens for c in rest])
-    selected = _selected(svc, job, chunks)
+    selected = _selected(sizing, job, chunks)
     message = job.message
     if job.wants_all and selected < chunks:
         message = (f"{job.file} is denser than planned: the whole file needs {chunks} chunks, {chunks - selected} "
@@ -353,7 +353,7 @@ def _span(doc: chunking.Document, chunks: list[chunking.Chunk], start: int, end:
              "pages": list(pages) if pages else None, "section": section}]
 
 
-def file_tokens(svc, file: str, bpt: float) -> tuple[str, int]:
+def file_tokens(sizing: Sizing, file: str, bpt: float) -> tuple[str, int]:
     """The file's name as the workspace knows it and its size estimate (from stat: nothing is read)."""
-    wf = Workspace(svc.config.workspace_path).resolve(file)
+    wf = Workspace(sizing.config.workspace_path).resolve(file)
     return wf.name, math.ceil(wf.size / bpt)

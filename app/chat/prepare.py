@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import chunking, documents, filenames, routing
 from ..errors import Refused
-from ..budget import Budget, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
+from ..budget import Budget, Sizing, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
 from ..errors import ModelError
 from ..sessions import fountain, notes
 from ..work.calls import Request
@@ -161,15 +161,15 @@ def compacted_turns(turn: fountain.Turn) -> int | None:
 COMPACT_REPLY_TOKENS = 300
 
 
-def compact_request(svc, turns: list[fountain.Turn], model: str, keep: int = 2) -> tuple[Request, int, int] | None:
+def compact_request(sizing: Sizing, turns: list[fountain.Turn], model: str, keep: int = 2) -> tuple[Request, int, int] | None:
     """The request that summarises all but the last ``keep`` turns, with how many turns it
     summarises and how many of the oldest did not fit (None: nothing to summarise)."""
     history = history_turns(turns)
     older = history[:-keep] if keep else history
     if not older:
         return None
-    budget = new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
-                        svc.models.memory_window(model))
+    budget = new_budget(sizing.config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model),
+                        sizing.models.memory_window(model))
     budget.components["reply"] = COMPACT_REPLY_TOKENS
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
@@ -183,12 +183,12 @@ CONTINUE_PROMPT = ("Your reply above stopped at its length limit. Continue it ex
                    "repeating anything and without any introduction.")
 
 
-def continue_request(svc, past: list[fountain.Turn], index: int, model: str) -> Prepared:
+def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, model: str) -> Prepared:
     """The request for the rest of turn ``index``'s reply, cut at its cap: the history before it,
     that turn's message and its reply so far, and a plain request to go on from there.  Refused
     (``TurnRefused``) when the conversation and the reply leave no room in the window to continue."""
-    config = svc.config
-    budget = new_budget(config, model, svc.models.window(model), svc.calibration.bytes_per_token(model))
+    config = sizing.config
+    budget = new_budget(config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model))
     system = system_prompt(config, config.workspace_path)
     turn = past[index]
     exchange = [{"role": "user", "content": _history_prompt(turn) or ""},
@@ -212,42 +212,42 @@ def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fo
                          notes=[notes.compact(summarised, model, left_out)])
 
 
-def chat_budget(svc, model: str) -> Budget:
+def chat_budget(sizing: Sizing, model: str) -> Budget:
     """A new budget for ``model``, counted with its own tokenizer when the server gave one
     (``ModelServer.counter`` never waits: until the counter is built, the estimate)."""
-    counter = svc.models.counter(model)
-    template = svc.calibration.templates.cost(model) if counter is not None else None
-    return new_budget(svc.config, model, svc.models.window(model), svc.calibration.bytes_per_token(model),
-                      svc.models.memory_window(model), counter=counter, template=template)
+    counter = sizing.models.counter(model)
+    template = sizing.calibration.templates.cost(model) if counter is not None else None
+    return new_budget(sizing.config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model),
+                      sizing.models.memory_window(model), counter=counter, template=template)
 
 
-def prepare_files(svc, text: str, model: str, allow_missing: bool = False) -> Prepared:
+def prepare_files(sizing: Sizing, text: str, model: str, allow_missing: bool = False) -> Prepared:
     """The part of a turn that reads files: the budget of the system prompt, the message and the
     files it names, each file sized, read if it fits, or routed to the card.  It does not depend
     on the session, so ``turns.send`` runs it before taking the session's lock (issue 23).
     ``allow_missing``: a named file that is not there is sent as missing (the model is told),
     not refused (the card's "Send without it")."""
-    config = svc.config
-    budget = chat_budget(svc, model)
+    config = sizing.config
+    budget = chat_budget(sizing, model)
     system = system_prompt(config, config.workspace_path)
     # Seed 003's priority: system prompt, the message and its files first; old turns get what is left.
     budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
     budget.components["message"] = budget.messages_cost([{"content": text}])
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget, cap=config.chat.reply_tokens)
-    _add_files(svc, prepared, text, allow_missing)
+    _add_files(sizing, prepared, text, allow_missing)
     return prepared
 
 
-def prepare(svc, past: list[fountain.Turn], text: str, model: str, retrying: bool = False,
+def prepare(sizing: Sizing, past: list[fountain.Turn], text: str, model: str, retrying: bool = False,
             files: Prepared | None = None, allow_missing: bool = False) -> Prepared:
     """Budget the turn and build its request, or say why it cannot be sent.
 
     ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
     out of the history.  ``files``: ``prepare_files`` ran already for this text and model
     (outside the session's lock); only the history is added here."""
-    config = svc.config
-    prepared = files or prepare_files(svc, text, model, allow_missing)
+    config = sizing.config
+    prepared = files or prepare_files(sizing, text, model, allow_missing)
     budget = prepared.budget
     system = system_prompt(config, config.workspace_path)
     history, prepared.left_out_turns = fit_history(budget, system, history_turns(past, retrying))
@@ -272,7 +272,7 @@ def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:
                                       f"at most {room:,} fit in this model's window of {budget.window:,}{held}.")
 
 
-def _add_files(svc, prepared: Prepared, text: str, allow_missing: bool = False) -> None:
+def _add_files(sizing: Sizing, prepared: Prepared, text: str, allow_missing: bool = False) -> None:
     """Read the named files that fit; route or skip the ones that would not.
 
     One file too large for the context goes to the chunked-analysis alert.
@@ -281,7 +281,7 @@ def _add_files(svc, prepared: Prepared, text: str, allow_missing: bool = False) 
     chunked analysis.  Every file is sized from its metadata and a bounded sample
     first (``chunking.measure``), so a file too large is never extracted here.
     """
-    config = svc.config
+    config = sizing.config
     named = Workspace(config.workspace_path).named(text)
     files = named.found
     prepared.notices.extend(named.problems)
@@ -290,7 +290,7 @@ def _add_files(svc, prepared: Prepared, text: str, allow_missing: bool = False) 
     for wf in files:
         _refuse_unreadable(wf)
         try:
-            tokens, bpt = _file_tokens(svc, prepared.model, wf, budget.counter)
+            tokens, bpt = _file_tokens(sizing, prepared.model, wf, budget.counter)
             if _routed(config, prepared, wf, tokens, len(files)):
                 continue
             doc = chunking.read_document(wf.path)
@@ -354,7 +354,7 @@ def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: i
     return False
 
 
-def _file_tokens(svc, model: str, wf: WorkspaceFile, counter=None) -> tuple[int, float]:
+def _file_tokens(sizing: Sizing, model: str, wf: WorkspaceFile, counter=None) -> tuple[int, float]:
     """A named file's tokens at its own kind's cautious figure, estimated before it is read, and
     the figure.
 
@@ -368,8 +368,8 @@ def _file_tokens(svc, model: str, wf: WorkspaceFile, counter=None) -> tuple[int,
     if counter is not None and measured.sample:
         return _counted_file_tokens(counter, wf, measured)
     kind = calibration_kind(measured.kind, measured.sample)
-    _count_exactly(svc, model, kind, measured.sample)
-    bpt = svc.calibration.bytes_per_token(model, kind, conservative=True)
+    _count_exactly(sizing, model, kind, measured.sample)
+    bpt = sizing.calibration.bytes_per_token(model, kind, conservative=True)
     return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
 
 
@@ -393,7 +393,7 @@ def _file_block(name: str, text: str) -> str:
     return f'\n\n<file name="{name}">\n{text}\n</file>'
 
 
-def _count_exactly(svc, model: str, kind: str, sample: str) -> None:
+def _count_exactly(sizing: Sizing, model: str, kind: str, sample: str) -> None:
     """Give a kind of text that has no figure yet the server's exact count of the file's sample
     (llama-server's ``/tokenize``), so the first estimate of it (the alert card's chunks and time,
     the plan's chunk size) is the model's own instead of a guess from other kinds.
@@ -402,17 +402,17 @@ def _count_exactly(svc, model: str, kind: str, sample: str) -> None:
     calibration has it, and every call on the file refines it. A server without a tokenizer
     (Ollama) answers None without a request; a failure costs nothing but the exact figure.
     """
-    if not sample or svc.calibration.samples(model, kind):
+    if not sample or sizing.calibration.samples(model, kind):
         return
     if len(sample) > EXACT_SAMPLE_CHARS:                 # enough to know the figure, quick to count
         sample = sample[:EXACT_SAMPLE_CHARS].rsplit("\n", 1)[0] or sample[:EXACT_SAMPLE_CHARS]
     try:
-        tokens = svc.models.count_tokens(model, sample)
+        tokens = sizing.models.count_tokens(model, sample)
     except ModelError as exc:
-        log.info("no exact token count for %s text from %s: %s", kind, svc.models, exc)
+        log.info("no exact token count for %s text from %s: %s", kind, sizing.models, exc)
         return
     if tokens:
-        svc.calibration.observe_count(model, kind, sample, tokens)
+        sizing.calibration.observe_count(model, kind, sample, tokens)
 
 
 def _refuse_unreadable(wf: WorkspaceFile) -> None:

@@ -27,9 +27,9 @@ def read_chunks(svc, name: str, file: str) -> Job:
                 pass                      # another device started it: the check below says busy
         svc.activities.check_free(name)
         session = svc.store.load(name)
-        model = session_model(svc, session)
+        model = session_model(svc.sizing, session)
         turn = fountain.Turn(when=now(), user_text=f"/read-chunks {file}", model=model)
-        remaining = status_for(svc, session, model)["remaining"] or 0
+        remaining = status_for(svc.sizing, session, model)["remaining"] or 0
         job = svc.jobs.propose(name, len(session.turns), file, "", model, remaining=remaining,
                                turn_text=turn.user_text)
         turn.harvey = f"Chunk analysis of {job.file}: about {job.file_tokens:,} tokens in {job.chunks} chunks."

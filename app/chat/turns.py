@@ -147,15 +147,15 @@ def _files_first(svc, name: str, text: str, model: str | None, allow_missing: bo
     if svc.activities.working(name):
         return None
     try:
-        model = model or session_model(svc, svc.store.load(name))
+        model = model or session_model(svc.sizing, svc.store.load(name))
         mentioned, rest = split_mention(text, svc.models.models())
     except (ModelError, HarveyError):
         return None
     model = mentioned or model
     try:
-        files = prepare.prepare_files(svc, rest, model, allow_missing)
+        files = prepare.prepare_files(svc.sizing, rest, model, allow_missing)
         if files.overflow:
-            files.plan = plan.plan(svc, files.overflow[0].name, model, text)
+            files.plan = plan.plan(svc.sizing, files.overflow[0].name, model, text)
     except (ModelError, HarveyError) as exc:
         return _Ready(rest, model, error=exc, allow_missing=allow_missing)
     return _Ready(rest, model, files, allow_missing=allow_missing)
@@ -165,17 +165,17 @@ def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, read
               allow_missing: bool = False):
     """The turn's request: the files from ``ready`` when they were made for these words and model."""
     if ready is None or (ready.text, ready.model, ready.allow_missing) != (rest, model, allow_missing):
-        return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, allow_missing=allow_missing)
+        return prepare.prepare(svc.sizing, session.turns, rest, model, retrying=retrying, allow_missing=allow_missing)
     if ready.error is not None:
         raise ready.error
-    return prepare.prepare(svc, session.turns, rest, model, retrying=retrying, files=ready.files)
+    return prepare.prepare(svc.sizing, session.turns, rest, model, retrying=retrying, files=ready.files)
 
 
 def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
                  ready: _Ready | None = None, allow_missing: bool = False) -> Outcome:
     """Under the session's lock: route, budget, then record the turn once and start its work."""
     name = session.name
-    model = model or session_model(svc, session)
+    model = model or session_model(svc.sizing, session)
     turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
     if retry_note:
         turn.notes.append(retry_note)
@@ -232,8 +232,8 @@ def continue_reply(svc, name: str, turn: int) -> Outcome:
         cut = session.turns[turn]
         if cut.reply is None or not notes.read(cut.notes).cut:
             raise Conflict("This reply was not cut at its cap: there is nothing to continue.")
-        model = session_model(svc, session)
-        prepared = prepare.continue_request(svc, session.turns, turn, model)
+        model = session_model(svc.sizing, session)
+        prepared = prepare.continue_request(svc.sizing, session.turns, turn, model)
         base = fountain.Turn(when=cut.when, user_text=cut.user_text, model=cut.model,
                              notes=[n for n in cut.notes if not notes.is_cut(n)])
         gen = Generation(svc.activities.new_id(), name, turn, model)
@@ -281,8 +281,8 @@ def compact(svc, name: str, model: str | None = None) -> Generation | None:
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
-        model = model or session_model(svc, session)
-        planned = prepare.compact_request(svc, session.turns, model)
+        model = model or session_model(svc.sizing, session)
+        planned = prepare.compact_request(svc.sizing, session.turns, model)
         if planned is None:
             return None
         gen = Generation(svc.activities.new_id(), name, len(session.turns), model, kind="compact")

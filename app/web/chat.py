@@ -79,7 +79,7 @@ def earlier(name: str):
     if before is None or not 0 < before <= len(session.turns):
         abort(400, description="There are no earlier turns there.")
     start = max(0, before - PAGE_TURNS)
-    model = session_model(services(), session)
+    model = session_model(services().sizing, session)
     return render_template("chat/_earlier.html", turns=views_of(session, model, start, before), earlier=start,
                            session=session, user_cue=services().config.user_name.upper())
 

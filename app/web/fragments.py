@@ -140,7 +140,7 @@ def answered_alert(harvey: str) -> str:
 def views_of(session: Session, default_model: str, start: int = 0, stop: int | None = None) -> list[TurnView]:
     """Views of turns ``start`` to ``stop`` only: nothing else is rendered (a long session stays cheap)."""
     svc = services()
-    models, _ = installed(svc)
+    models, _ = installed(svc.sizing)
     turns = session.turns
     stop = len(turns) if stop is None else min(stop, len(turns))
     views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.model_server.api)
@@ -168,7 +168,7 @@ def _continuable(svc, session: Session, index: int) -> bool:
     """Whether Continue can ask for the rest of turn ``index``'s cut reply: its request fits the
     window (the same check the Continue itself makes, ``prepare.continue_request``)."""
     try:
-        prepare.continue_request(svc, session.turns, index, session_model(svc, session))
+        prepare.continue_request(svc.sizing, session.turns, index, session_model(svc.sizing, session))
     except (HarveyError, ModelError):
         return False
     return True
@@ -191,10 +191,10 @@ def busy_kind(svc, name: str) -> str:
 def page_context(session: Session, **extra) -> dict:
     """What every chat template needs: models, the model in use, busy state, the status line."""
     svc = services()
-    models, problem = installed(svc)
-    models = chat_models(svc, models)              # the picker: chat models only (issue 33)
-    model = extra.pop("model", None) or session_model(svc, session, models)
-    status = status_for(svc, session, model)
+    models, problem = installed(svc.sizing)
+    models = chat_models(svc.sizing, models)              # the picker: chat models only (issue 33)
+    model = extra.pop("model", None) or session_model(svc.sizing, session, models)
+    status = status_for(svc.sizing, session, model)
     if problem and not status["problem"]:
         status["problem"] = problem          # the model's facts are cached; the server being down is not
     holder = svc.activities.holder(session.name)
@@ -217,7 +217,7 @@ def fragment(session: Session, view: TurnView, model: str) -> str:
 def turn_fragment(name: str, index: int) -> str:
     """One turn as stored (only that turn is rendered), with the send button and status refreshed."""
     session = services().store.load(name)
-    views = views_of(session, session_model(services(), session), index, index + 1)
+    views = views_of(session, session_model(services().sizing, session), index, index + 1)
     if not views:
         return ""
     return fragment(session, views[0], views[0].model_name)
