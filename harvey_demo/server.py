@@ -44,6 +44,10 @@ How the Ollama behaviours are emulated:
 * A client that hangs up (reset, broken pipe) is a log line, never a traceback.
 * Requests are served one at a time (a lock), like OLLAMA_NUM_PARALLEL=1.
 * ``keep_alive`` is accepted and ignored: the model stays loaded until stop().
+* ``/api/show`` with ``"verbose": true`` adds the GGUF's tokenizer (``tokenizer.ggml.*``: the
+  vocabulary, merges, token types, pre-tokenizer) to ``model_info``, as Ollama does, so the app
+  counts every prompt and file with the model's own tokenizer (issue 30) here too. It is read
+  with ``gguf`` (llama.cpp's reader) on each such request: the app asks once per model digest.
 * Every model it serves is marked ``"harvey_demo": true`` in the details of ``/api/show`` and
   ``/api/tags`` (DEMO_MARK), so the app can say on the page that it is a stand-in.
 
@@ -106,6 +110,21 @@ class RequestError(Exception):
 # --------------------------------------------------------------------------
 # Locating the model
 # --------------------------------------------------------------------------
+
+
+def gguf_tokenizer(model_path: str) -> dict:
+    """The GGUF's ``tokenizer.ggml.*`` keys and ``general.name``, with the values Ollama's verbose
+    ``/api/show`` gives (lists for the arrays); {} when they cannot be read (logged): the client
+    then estimates, as it would with a server that gives no tokenizer."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(model_path)
+        return {name: field.contents() for name, field in reader.fields.items()
+                if name.startswith("tokenizer.ggml.") or name == "general.name"}
+    except Exception as error:      # (ImportError: gguf not installed; a damaged file)
+        LOGGER.warning("the tokenizer of %s could not be read (%s); /api/show gives none", model_path, error)
+        return {}
 
 
 def find_model_path(model_name: str = DEFAULT_MODEL_NAME) -> str:
@@ -773,7 +792,7 @@ class OllamaRequestHandler(BaseHTTPRequestHandler):
         if name in self.demo.embed_names():
             self.send_json(200, self.demo.embed_show_payload())
             return
-        self.send_json(200, self.demo.show_payload())
+        self.send_json(200, self.demo.show_payload(verbose=body.get("verbose") is True))
 
     # -- chat ----------------------------------------------------------------
 
@@ -1109,8 +1128,14 @@ class DemoServer:
             "details": self.model_details(),
         }
 
-    def show_payload(self) -> dict:
-        """/api/show: what a client needs to budget the context."""
+    def show_payload(self, verbose: bool = False) -> dict:
+        """/api/show: what a client needs to budget the context; ``verbose``: the tokenizer too."""
+        payload = self._show_payload()
+        if verbose:
+            payload["model_info"].update(gguf_tokenizer(self._model_path))
+        return payload
+
+    def _show_payload(self) -> dict:
         facts = self.engine.facts
         arch = facts["family"]
         optional = {f"{arch}.attention.{key}": facts[key]

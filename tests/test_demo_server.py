@@ -98,6 +98,38 @@ def test_show_reports_the_trained_context_length(client):
 
 
 @pytest.mark.realmodel
+def test_show_verbose_gives_the_gguf_tokenizer_as_ollama_does(client, demo):
+    """Without verbose the answer stays small; with it, model_info carries the GGUF's vocabulary,
+    merges and pre-tokenizer, which the app builds into a counter that counts each text as the
+    model's own llama.cpp /tokenize does (issue 30: the bundled model is counted, not estimated)."""
+    from app.modelserver.tokens import counter_from_info
+
+    plain = client.post("/api/show", json={"model": MODEL}).json()["model_info"]
+    assert not [k for k in plain if k.startswith("tokenizer.")]
+    info = client.post("/api/show", json={"model": MODEL, "verbose": True}).json()["model_info"]
+    assert len(info["tokenizer.ggml.tokens"]) == info["llama.vocab_size"] == 49152
+    assert info["tokenizer.ggml.model"] == "gpt2" and info["tokenizer.ggml.merges"]
+    counter = counter_from_info(info)
+    tokenize = demo.engine._chat_server.listening_address + "/tokenize"
+    texts = ["Hello world, my cat Pixel!", "def f(x):\n    return x ** 2  # squares\n",
+             "Ünïcödé — naïve café, 東京 🐱", "  leading spaces\n\n\nand blank lines\t\ttabs"]
+    for text in texts:
+        reference = httpx.post(tokenize, json={"content": text}, timeout=10).json()["tokens"]
+        assert counter.count(text) == len(reference), text
+
+
+def test_an_unreadable_gguf_gives_no_tokenizer_and_says_so(tmp_path, caplog):
+    """A damaged (or gguf-less) model file: show answers without a tokenizer, logged; the app then
+    estimates, as with any server that gives none."""
+    damaged = tmp_path / "model.gguf"
+    damaged.write_bytes(b"GGUF" + b"\x00" * 40)
+    with caplog.at_level(logging.WARNING, logger=demo_server.LOGGER.name):
+        assert demo_server.gguf_tokenizer(str(damaged)) == {}
+        assert demo_server.gguf_tokenizer(str(tmp_path / "missing.gguf")) == {}
+    assert caplog.text.count("could not be read") == 2
+
+
+@pytest.mark.realmodel
 def test_ps_shows_the_loaded_model_and_its_context(client):
     loaded = client.get("/api/ps").json()["models"]
     assert [m["name"] for m in loaded] == [MODEL]

@@ -65,6 +65,35 @@ def small_window(config, window=512):
                                budget=BudgetConfig(reply_tokens=64))
 
 
+def test_the_bundled_model_is_counted_with_its_own_tokenizer(tmp_path, demo_model, make_live):
+    """The app, against the bundled model, counts with the model's own vocabulary (the demo's
+    /api/show verbose gives it, as Ollama does), never the bytes estimate: a turn's budgeted
+    prompt is at least what the server read; once the first call has taught the chat template's
+    cost (before it a generous guess: 71 budgeted for 45 read), over it by a few tokens at most.
+    (Estimated, a 135M model's own long reply was budgeted 17 tokens short in CI.)"""
+    live = make_live(small_window(real_config(tmp_path, demo_model)))
+    models = live.services.models
+    assert models.counter(MODEL, wait=True) is not None
+    state, which = models.counter_state(MODEL)
+    assert state == "exact" and "own vocabulary" in which, (state, which)
+    sent = []
+    stream = live.services.calls.stream
+
+    def recording(activity, request, *args, **kwargs):      # the real call, its request kept
+        sent.append(request)
+        return stream(activity, request, *args, **kwargs)
+
+    live.services.calls.stream = recording
+    name = live.open_session()
+    for turn, message in enumerate(("My cat is called Pixel. Say hello to her.", "What is my cat called?")):
+        live.post(f"/s/{name}/messages", data={"message": message})
+        gen = wait_reply(live, name)
+        assert gen.status == "done"
+        budgeted, read = sent[-1].estimate, gen.usage.prompt_tokens
+        assert read <= budgeted, (turn, budgeted, read)
+        assert turn == 0 or budgeted <= read + 8, (turn, budgeted, read)
+
+
 def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
     config = small_window(real_config(tmp_path, demo_model))
     first = make_live(config)
