@@ -273,6 +273,41 @@ def test_the_reach_check_sees_an_offender(tmp_path, monkeypatch):
                                  ("app.analysis.step", "session._turns")}
 
 
+# The modules that take small objects made for them (issue 34): the sizing of a turn, a file or an
+# analysis takes a ``budget.Sizing``; a run's steps take a ``RunSteps``. None sees ``Services``.
+EXPLICIT = ("app.chat.prepare", "app.chat.status", "app.analysis.plan", "app.analysis.steps",
+            "app.analysis.execute", "app.analysis.inflight", "app.analysis.retrieve")
+
+
+def service_bag_uses(source: str) -> set[str]:
+    """Every name or attribute ``svc`` / ``services`` in ``source``: the whole service bag."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and node.id in ("svc", "services"):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute) and node.attr in ("svc", "services"):
+            found.add(ast.unparse(node))
+        elif isinstance(node, ast.arg) and node.arg in ("svc", "services"):
+            found.add(f"argument {node.arg}")
+    return found
+
+
+def test_sizing_and_the_runs_steps_take_what_they_use_not_the_service_bag():
+    """A reader sees at the signature what these need: the settings, the model server and the
+    calibration (``Sizing``), the model calls and the indexer (``RunSteps``); never a session
+    store, a job table or a worker through ``svc``."""
+    found = {name: service_bag_uses(path.read_text(encoding="utf-8"))
+             for name, path in modules().items() if name in EXPLICIT}
+    assert set(found) == set(EXPLICIT)
+    assert {name: uses for name, uses in found.items() if uses} == {}
+
+
+def test_the_service_bag_check_sees_an_offender():
+    planted = ("def plan(svc, file):\n    return svc.config\n\n"
+               "class Step:\n    def run(self):\n        return self.steps.svc.indexer\n")
+    assert service_bag_uses(planted) == {"argument svc", "svc", "self.steps.svc"}
+
+
 def floors_in_architecture_md() -> dict[str, int]:
     """The floor of each package, from the table in ARCHITECTURE.md ("| 3 | `budget` | ...")."""
     import re

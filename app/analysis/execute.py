@@ -97,7 +97,7 @@ class Execution:
 
     def __init__(self, steps: RunSteps):
         self.steps = steps
-        self.svc = steps.svc
+        self.sizing, self.calls = steps.sizing, steps.calls
         self.machine = steps.machine
         self._costs = threading.Lock()      # the job's cost figures, added to by every map call
 
@@ -111,7 +111,7 @@ class Execution:
         activity = self.steps.activity_of(job)
         if activity is None:
             return True             # the job no longer holds its session: it was stopped
-        return MapQueue(self, job, doc, activity, self.svc.config.model_server.parallel).run()
+        return MapQueue(self, job, doc, activity, self.sizing.config.model_server.parallel).run()
 
     def _pause(self, job: Job, part: Part, seconds: float) -> bool:
         """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a
@@ -134,7 +134,7 @@ class Execution:
         """
         text = doc.text
         pages = doc.source.pages_of(chunk.start, chunk.end) if doc.source is not None else None
-        budget = plan.reply_budget(self.svc.sizing, job.task)
+        budget = plan.reply_budget(self.sizing, job.task)
         section = " › ".join(chunk.heading_path)
         heading = section
         if pages:
@@ -218,7 +218,7 @@ class Execution:
             return self._shaped_call(job, chunk, budget, pages, part)
         if not job.format_refused and budget.words is not None:    # (a translation is no list of points)
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages, structured=True)
-            num_predict = min(self.svc.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
+            num_predict = min(self.sizing.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
                                   format=mapreduce.MAP_SCHEMA, holder=part)
@@ -243,7 +243,7 @@ class Execution:
         """A map call of a list instruction (every item with its words: LIST_SCHEMA, the whole reply
         cap) or of a point question (points and a short answer: POINT_SCHEMA); as free text once the
         server refused a schema."""
-        cap = self.svc.config.chunking.map_reply_tokens
+        cap = self.sizing.config.chunking.map_reply_tokens
         if job.list_of:
             messages = mapreduce.list_messages(job.task, job.list_of, chunk, job.total, pages)
             schema, num_predict = mapreduce.LIST_SCHEMA, cap
@@ -268,7 +268,7 @@ class Execution:
     def interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """The model server is away: pause the job with what it has; Retry continues it."""
         where = f" during the {during}" if during else ""
-        server = self.svc.models.name
+        server = self.sizing.models.name
         self.steps.transition(job, "interrupted", message=(
             f"{server} could not be reached{where}: {_one_line(exc)} {job.done_count} of {job.total} chunks "
             f"are finished and kept. Retry when {server} is back."))
@@ -290,7 +290,7 @@ class Execution:
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
         request = Request(job.model, messages, window=job.window, num_predict=num_predict, bytes_per_token=bpt,
                           kind=kind, format=format)
-        text, usage = self.svc.calls.text(activity, request)
+        text, usage = self.calls.text(activity, request)
         if usage is not None:
             measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             with self._costs:       # (map calls end in several threads at once)
@@ -302,7 +302,7 @@ class Execution:
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
         (or the plan's, if that is more cautious)."""
-        return min(job.bytes_per_token, self.svc.calibration.bytes_per_token(job.model, "prose", conservative=True))
+        return min(job.bytes_per_token, self.sizing.calibration.bytes_per_token(job.model, "prose", conservative=True))
 
     def reduce(self, job: Job, doc: chunking.Document) -> None:
         """Synthesize the relevant partial answers, with citations checked; with no answer at all,
@@ -313,7 +313,7 @@ class Execution:
             first = next((r.error for r in job.results.values() if r.error), "no chunk was run")
             return self.steps.fail(job, f"No chunk produced an answer, so nothing was synthesized. The model said: "
                                    f"{first}", synthesis="error: no chunk produced an answer")
-        unread = plan.unread(job, doc, plan.job_chunks(self.svc.sizing, job, doc, whole=True))
+        unread = plan.unread(job, doc, plan.job_chunks(self.sizing, job, doc, whole=True))
         self.steps.transition(job, "synthesizing", expect="running", unread=unread)
         self.steps.progress(job)
         relevant = [(i, r) for i, r in answered if r.relevant]
@@ -360,11 +360,11 @@ class Execution:
         reduced to relevant chunks.  None when it did not finish (the job has moved on).
         ``task``: the synthesis instruction (a list's asks for a summary only); ``extra``: a line for
         the request (the chunks' disagreeing answers)."""
-        config = self.svc.config
+        config = self.sizing.config
         parts = [mapreduce.part(i, job.total, r.heading, r.text, r.points, r.confidence) for i, r in relevant]
         note = f"\nChunks with no answer (failed or not run): {mapreduce.ranges(missing)}." if missing else ""
         note += extra
-        effective = plan.effective_context(self.svc.sizing, job.model, job.window)
+        effective = plan.effective_context(self.sizing, job.model, job.window)
         cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
             lambda messages, reply: self._call(job, messages, reply, cuts=cuts), effective=effective,

@@ -46,7 +46,7 @@ class MapQueue:
     def __init__(self, execution, job: Job, doc: chunking.Document, activity: Activity, parallel: int):
         self.ex, self.steps, self.job, self.doc = execution, execution.steps, job, doc
         self.activity, self.parallel = activity, max(1, parallel)
-        self.chunks = plan.job_chunks(execution.svc.sizing, job, doc)
+        self.chunks = plan.job_chunks(execution.sizing, job, doc)
         self.todo = [c for c in self.chunks if not self._answered(c.index)]
         self.running: dict[Future, tuple[chunking.Chunk, Part]] = {}
         self.landed: dict[int, ChunkResult | Interrupted | None] = {}   # ended, not yet committed
@@ -144,9 +144,9 @@ class MapQueue:
     def _replan(self) -> None:
         """After a committed chunk: re-size the chunks not started yet if the file measures denser
         or lighter than planned (the ones started, in flight or ended, keep their layout)."""
-        job, svc = self.job, self.steps.svc
+        job, sizing = self.job, self.steps.sizing
         started = self.todo[0].index if self.todo else len(self.chunks)
-        changes = plan.replan(svc.sizing, job, self.doc, self.chunks[:started])
+        changes = plan.replan(sizing, job, self.doc, self.chunks[:started])
         if changes is None:
             return
         log.info("analysis %s: %s measures %.2f bytes per token, not %.2f: the remaining chunks are re-sized "
@@ -156,7 +156,7 @@ class MapQueue:
             self.steps.machine.update(job, expect="running", **changes)
         except InvalidTransition:       # stopped meanwhile: the loop sees it; what landed is kept
             return
-        self.chunks = plan.job_chunks(svc.sizing, job, self.doc)
+        self.chunks = plan.job_chunks(sizing, job, self.doc)
         self.todo = [c for c in self.chunks[started:] if not self._answered(c.index)]
         self.steps.progress(job)
 

@@ -71,31 +71,31 @@ class Retrieval:
 
     def __init__(self, steps: RunSteps):
         self.steps = steps
-        self.svc = steps.svc
+        self.sizing, self.calls, self.indexer = steps.sizing, steps.calls, steps.indexer
 
     def run(self, job: Job, doc: chunking.Document) -> None:
         """Index (or find the index), search, fit, ask once, record."""
-        rdoc = self.svc.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
+        rdoc = self.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
         for attempt in range(2):          # a damaged index is removed, built anew and searched once more
             progress = self._indexed(job, rdoc)
             if progress is None:
                 return
             budget = self._budget(job)
             try:
-                with Index(path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))) as index:
+                with Index(path_for(self.sizing.config.data_path, self.indexer.stored(rdoc.fingerprint))) as index:
                     model = progress.model if progress.model and index.complete(progress.model) else None
                     hits, how = self._search(job, index, model)
                     chosen, scores = self._fit(job, index, hits, budget)
                     total = index.chunk_count()
                 break
             except StaleVectors as exc:
-                self.svc.indexer.stale(rdoc.fingerprint, exc.model)
+                self.indexer.stale(rdoc.fingerprint, exc.model)
                 if attempt:
                     return self.steps.fail(job, f"The passages of {job.file} could not be searched: {exc}")
                 log.warning("retrieval %s: %s; embedding the file again", job.id, exc)
                 self.steps.progress(job, stage="the embedding model changed: indexing again")
             except BrokenIndex as exc:
-                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                self.indexer.broken(rdoc.fingerprint, exc)
                 if attempt:
                     return self.steps.fail(job, f"The index of {job.file} is damaged and could not be made "
                                                   f"anew: {_one_line(exc)}")
@@ -138,12 +138,12 @@ class Retrieval:
             self.steps.after_stop(job)
             return None
         if not progress.complete:
-            target = path_for(self.svc.config.data_path, self.svc.indexer.stored(rdoc.fingerprint))
+            target = path_for(self.sizing.config.data_path, self.indexer.stored(rdoc.fingerprint))
             try:
                 with Index(target) as index:
                     usable = index.has_chunks()
             except BrokenIndex as exc:
-                self.svc.indexer.broken(rdoc.fingerprint, exc)
+                self.indexer.broken(rdoc.fingerprint, exc)
                 usable = False
             if not usable:
                 self.steps.transition(job, "interrupted", message=(
@@ -158,7 +158,7 @@ class Retrieval:
         build at each batch and at its end, and by the job's Stop (``Activity.waking``), so nothing
         polls; a build silent for ``INDEX_IDLE_S`` is given up.  The progress, or None when the job
         was stopped (its build is cancelled after the batch in flight)."""
-        indexer, woken = self.svc.indexer, threading.Event()
+        indexer, woken = self.indexer, threading.Event()
         progress = indexer.request(rdoc)
         activity = self.steps.activity_of(job)
         progress.listen(woken)
@@ -171,7 +171,7 @@ class Retrieval:
     def _sleep_on_index(self, job: Job, rdoc: chunking.Document, progress, woken: threading.Event):
         """``_wait_index``'s loop: one progress event per batch, until the build ends, goes silent or
         the job is stopped."""
-        indexer, shown = self.svc.indexer, -1
+        indexer, shown = self.indexer, -1
         while not progress.complete and not progress.finished.is_set():
             if self.steps.stopped(job):
                 indexer.cancel(rdoc.fingerprint)
@@ -191,12 +191,12 @@ class Retrieval:
 
     def _search(self, job: Job, index: Index, model: str | None) -> tuple[list[search.Hit], str]:
         """The hits for the question, and how they were found (said in the answer's notice)."""
-        limit = self.svc.config.retrieval.passages * CANDIDATES_PER_PASSAGE
+        limit = self.sizing.config.retrieval.passages * CANDIDATES_PER_PASSAGE
         vector = None
         activity = self.steps.activity_of(job)
         if model and activity is not None:
             try:        # through the call helper: a Stop cuts it, however long the embedding model loads
-                vector = embedding.pack(self.svc.calls.embed(activity, model, [embedding.query_text(model, job.task)])[0])
+                vector = embedding.pack(self.calls.embed(activity, model, [embedding.query_text(model, job.task)])[0])
             except Cancelled:
                 model = None        # stopped: the job ends after the search (``run``)
             except HarveyError as exc:
@@ -212,11 +212,11 @@ class Retrieval:
     def _budget(self, job: Job):
         """The request's one budget: reply and margin taken, then the system prompt and question."""
         bpt = min(job.bytes_per_token,
-                  self.svc.calibration.bytes_per_token(job.model, job.text_kind or "prose", conservative=True))
+                  self.sizing.calibration.bytes_per_token(job.model, job.text_kind or "prose", conservative=True))
         # issue 30: counted with the model's own tokenizer when it has one (the worker may wait for it)
-        counter = self.svc.models.counter(job.model, wait=True)
-        template = self.svc.calibration.templates.cost(job.model) if counter is not None else None
-        budget = new_budget(self.svc.config, job.model, job.window, bpt, counter=counter, template=template)
+        counter = self.sizing.models.counter(job.model, wait=True)
+        template = self.sizing.calibration.templates.cost(job.model) if counter is not None else None
+        budget = new_budget(self.sizing.config, job.model, job.window, bpt, counter=counter, template=template)
         budget.reserve("system", budget.messages_cost([{"content": SYSTEM + ROUTE_LINE}]) + budget.template[1])
         budget.reserve("question", budget.messages_cost(
             [{"content": user_message(job.file, job.task, [], mapreduce.MAX_ANSWER_WORDS)}]))
@@ -226,7 +226,7 @@ class Retrieval:
         """The passages sent: the best hits while they fit (at most ``retrieval.passages``), then each
         one's neighbours in its own section (a passage cut mid-section), best hit's first.  They are
         reserved in ``budget``, the one the request is then made with."""
-        wanted = self.svc.config.retrieval.passages
+        wanted = self.sizing.config.retrieval.passages
         chosen: dict[int, Passage] = {}
         scores = {h.n: h.shown_score for h in hits}
         for passage in _in_rank_order(index, [h.n for h in hits]):
@@ -301,13 +301,13 @@ class Retrieval:
         """The answer's call, asking for Self-Route's JSON (``ROUTE_SCHEMA``); sent again as free text when
         the server refuses a schema (remembered for the job)."""
         try:
-            return self.svc.calls.text(activity, request)
+            return self.calls.text(activity, request)
         except FormatRefused as exc:
             if request.format is None:
                 raise
             log.info("retrieval %s: the server refused the JSON schema (%s); free text", job.id, _one_line(exc))
             self.steps.machine.update(job, expect="synthesizing", format_refused=True)
-            return self.svc.calls.text(activity, dataclasses.replace(request, format=None))
+            return self.calls.text(activity, dataclasses.replace(request, format=None))
 
     def _done(self, job: Job, answer: str, passages: list[Passage], scores: dict[int, float], how: str,
               total: int, held: bool = True, text_chars: int = 0) -> None:

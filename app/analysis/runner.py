@@ -98,7 +98,8 @@ class JobRunner:
         self.lane = svc.worker.lane("analysis", self._serve)
         # What a run's steps (the map queue, the calls, the passages answer) may ask of the runner,
         # and nothing else of it (issue 34).
-        self.steps = RunSteps(svc, self.machine, transition=self.transition, stopped=self._stopped,
+        self.steps = RunSteps(svc.sizing, svc.calls, svc.indexer, self.machine, transition=self.transition,
+                              stopped=self._stopped,
                               progress=self._progress, partial=self._partial,
                               after_stop=self._after_stop, fail=self._fail, finish=self._finish,
                               activity_of=self._activity_of)

@@ -9,26 +9,39 @@ ask whether the run was stopped, say how far it got, move the job's state, and e
 the run (failed, finished, or given back to the user after a stop).
 
 ``JobRunner`` builds one ``RunSteps`` from its own methods and hands it to each step;
-a test can build one from plain functions.
+a test can build one from plain functions.  Beside the runner's part it carries the three
+services a step calls, each named: ``sizing`` (the settings, the model server, the calibration),
+``calls`` (every model call) and ``indexer`` (the passages index), and nothing else of
+``Services``.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from typing import TYPE_CHECKING
+
+from ..budget import Sizing
 from ..work.activity import Activity
 from .job import Job, StateMachine
+
+if TYPE_CHECKING:
+    from ..retrieval.indexer import Indexer
+    from ..work.calls import ModelCalls
 
 
 class RunSteps:
     """What the steps of a run may ask of the runner: every method takes the job the run is for."""
 
-    def __init__(self, svc, machine: StateMachine, *, transition: Callable[..., Job],
+    def __init__(self, sizing: Sizing, calls: ModelCalls, indexer: Indexer | None, machine: StateMachine, *,
+                 transition: Callable[..., Job],
                  stopped: Callable[[Job], bool], progress: Callable[..., None], partial: Callable[[Job, int], None],
                  after_stop: Callable[[Job], None],
                  fail: Callable[..., None], finish: Callable[[Job, str | None, str], None],
                  activity_of: Callable[[Job], Activity | None]):
-        self.svc = svc              # the services a step calls (the model calls, the indexer, the config)
+        self.sizing = sizing        # the settings, the model server and the calibration
+        self.calls = calls          # every model call of the run (``work.calls.ModelCalls``)
+        self.indexer = indexer      # the passages index's one writer (``retrieval.indexer``)
         self.machine = machine      # the job's saved changes and results (``job.StateMachine``)
         self._transition, self._stopped, self._progress, self._partial = transition, stopped, progress, partial
         self._after_stop, self._fail, self._finish = after_stop, fail, finish
