@@ -236,8 +236,8 @@ class JobRunner:
                 turn_text: str | None = None, fields: dict | None = None) -> Job:
         """Plan the chunks of ``file`` for the card (``fields``: planned already, outside the
         session's lock); nothing is sent to a model."""
-        name, _ = plan.file_tokens(self.svc.sizing, file, 4.0)       # refuses a path outside the workspace first
-        fields = fields or plan.plan(self.svc.sizing, name, model, user_text)   # file_tokens: of the text, not the bytes
+        name, _ = plan.file_tokens(self.steps.sizing, file, 4.0)       # refuses a path outside the workspace first
+        fields = fields or plan.plan(self.steps.sizing, name, model, user_text)   # file_tokens: of the text, not the bytes
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=name, user_text=user_text,
                   instruction=user_text, remaining=remaining, turn_text=turn_text, **fields)
         self._hold(job)
@@ -272,7 +272,7 @@ class JobRunner:
         max_chunks = self.svc.config.chunking.max_chunks
         changes: dict = {}
         if model != job.model:      # another window and calibration: plan the chunks again
-            changes = plan.plan(self.svc.sizing, job.file, model, job.instruction)
+            changes = plan.plan(self.steps.sizing, job.file, model, job.instruction)
             if way != "retrieve" and changes["chunks"] != job.chunks and changes["chunks"] > max_chunks:
                 self.machine.update(job, expect="proposed", **changes)
                 raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
@@ -403,7 +403,7 @@ class JobRunner:
         if job.state != "interrupted":
             raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
         try:
-            doc = plan.document(self.svc.sizing, job, tokens=False)       # (a request: the fingerprint only)
+            doc = plan.document(self.steps.sizing, job, tokens=False)       # (a request: the fingerprint only)
         except (HarveyError, OSError) as exc:
             self._refuse(job, f"{job.file} cannot be read any more ({_one_line(exc)}), so the analysis cannot "
                               "resume. Put the file back and retry, or discard the analysis.")
@@ -525,7 +525,7 @@ class JobRunner:
             return                  # cancelled or discarded before the worker got to it
         self._progress(job)
         try:
-            doc = plan.document(self.svc.sizing, job)
+            doc = plan.document(self.steps.sizing, job)
         except ModelError as exc:
             if exc.transient:
                 raise                     # the server is away: interrupted, Retry goes on (``_serve``)
@@ -533,7 +533,7 @@ class JobRunner:
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         if not job.fingerprint:           # planned from its measure (too large to read in a request)
-            fields, doc = plan.exact(self.svc.sizing, job, doc)
+            fields, doc = plan.exact(self.steps.sizing, job, doc)
             self.machine.update(job, expect="running", **fields)
             self._progress(job)
         if doc.fingerprint != job.fingerprint:
@@ -555,7 +555,7 @@ class JobRunner:
     def _ask_to_read_on(self, job: Job, doc: chunking.Document) -> None:
         """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut
         silently); the card names the part not read so far."""
-        unread = plan.unread(job, doc, plan.job_chunks(self.svc.sizing, job, doc, whole=True))
+        unread = plan.unread(job, doc, plan.job_chunks(self.steps.sizing, job, doc, whole=True))
         self.transition(job, "confirm", expect="running", unread=unread, message=(
             f"{job.file} is denser than planned: the whole file needs {job.chunks} chunks, and the {job.total} "
             "agreed have run."))
