@@ -287,9 +287,11 @@ def test_invariants_generated_source(lines, s):
 # ---------------------------------------------------------------- real files
 
 def _project_files():
+    """The repository's own files; not what a test run leaves behind (tests/artifacts: the browser
+    tests' screenshots), so a fresh clone and a second run collect the same tests."""
     for sub in ("app", "static", "templates", "tests", "bench", "scripts", "deploy"):
         for p in sorted((ROOT / sub).rglob("*")):
-            if p.is_file() and p.stat().st_size < 3_000_000 and "__pycache__" not in p.parts:
+            if p.is_file() and p.stat().st_size < 3_000_000 and not {"__pycache__", "artifacts"} & set(p.parts):
                 yield p
     for name in ("pyproject.toml", "README.md"):
         if (ROOT / name).is_file():
