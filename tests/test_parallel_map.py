@@ -176,7 +176,8 @@ def test_stop_with_two_calls_in_flight_cancels_both_and_frees_the_session(tmp_pa
     wait_state(job, "choose", timeout=20)
     for rec in in_flight:
         assert rec.finished.wait(10) and rec.disconnected               # the server saw both hang-ups
-    assert live.services.activities.holder(name) is None               # the session is free
+    # the session is free (given back in the step that made it "choose", just after the state is seen)
+    wait_for(lambda: live.services.activities.holder(name) is None, what="the session given back")
     assert len(scripted.chats()) == 2 and job.results == {}            # nothing more was started
 
 
@@ -194,9 +195,11 @@ def test_a_stop_during_a_re_plan_keeps_the_answer_that_already_arrived(tmp_path,
         return dict(chunks=stopped.chunks, message=stopped.message)
     monkeypatch.setattr(plan, "replan", replan)
     wait_state(job, "choose", timeout=30)
-    answered = {chunk_of(c.body) for c in scripted.chats() if c.finished.is_set() and not c.disconnected}
-    assert {1, 2} <= answered
     assert {0, 1} <= set(job.results), "an answer the server gave was not kept"
+
+    def answered():       # (the server marks a call finished just after the app has read its end)
+        return {chunk_of(c.body) for c in scripted.chats() if c.finished.is_set() and not c.disconnected}
+    wait_for(lambda: {1, 2} <= answered(), what="the server's record of both answers sent")
 
 
 def test_resume_after_a_restart_re_runs_only_the_missing_chunks_with_parallel_2(tmp_path, scripted, make_live):
