@@ -135,6 +135,7 @@ class ScriptedOllama(ScriptedServer):
         self.count_fn: Callable[[str], int] | None = None
         self.template_tokens = (5, 3)
         self.verbose_shows = 0           # /api/show requests with verbose (the app fetched a vocabulary)
+        self.verbose_gate: threading.Event | None = None   # when set up, a verbose show waits for it (30 s at most)
         self.sizes: dict[str, int] = {}         # per model: /api/tags size in bytes (default 1)
         self.loaded_size: Callable[[str, int], int] | None = None   # /api/ps size of a model at a num_ctx
         self.loaded: dict[str, int] = {}        # model -> num_ctx of its last chat (what /api/ps lists)
@@ -286,6 +287,8 @@ def _handler_for(server: ScriptedOllama):
             info = {"general.architecture": "llama", "llama.context_length": server.models[name]}
             verbose = bool(body.get("verbose"))
             server.verbose_shows += verbose
+            if verbose and server.verbose_gate is not None:
+                server.verbose_gate.wait(30)     # a big vocabulary on its way (a Pi's Ollama reading it)
             # Ollama: without verbose, every long array (the vocabulary) comes back empty
             info.update({key: value if verbose or not isinstance(value, list) else []
                          for key, value in server.model_info.get(name, {}).items()})

@@ -82,3 +82,19 @@ def test_close_from_two_threads_runs_each_stop_once(tmp_path, scripted):
     for t in threads:
         t.join(30)
     assert len(calls) == 1
+
+
+def test_a_vocabulary_fetch_cut_by_the_shutdown_is_said_as_that_not_as_a_warning(svc, scripted, caplog):
+    """A model's vocabulary still on its way (a Pi's Ollama reading a big GGUF) when the app shuts
+    down: the fetch is cut, and the log says the app is shutting down, at info level; not a warning
+    that the server cannot be reached (which a CI run printed as "Bad file descriptor")."""
+    scripted.verbose_gate = threading.Event()
+    assert svc.models.counter("tiny:1b") is None                       # the build starts, off the request
+    wait_for(lambda: scripted.verbose_shows == 1, 10, "the vocabulary asked for")
+    with caplog.at_level(logging.INFO, logger="app.modelserver.counting"):
+        svc.close("the test ended", 5)
+        scripted.verbose_gate.set()
+        wait_for(lambda: svc.models.counter_state("tiny:1b")[0] != "building", 30, "the cut build to end")
+    said = [r for r in caplog.records if r.name == "app.modelserver.counting"]
+    assert [r.levelname for r in said] == ["INFO"], [r.getMessage() for r in said]
+    assert "shutting down" in said[0].getMessage()

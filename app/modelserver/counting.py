@@ -50,7 +50,13 @@ class TokenCounters:
         self._refused: dict[str, str] = {}     # model -> why it is estimated
         self._building: dict[str, threading.Thread] = {}
         self._failed: dict[str, float] = {}    # model -> when its last build failed (monotonic)
+        self._closed = False                   # the server's client is closed: a build in flight fails quietly
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """The server's client is closing (the app shuts down): a build still fetching fails, and
+        that is said at info level, not as a warning about the server."""
+        self._closed = True
 
     # -- asking ----------------------------------------------------------------------------
 
@@ -102,7 +108,7 @@ class TokenCounters:
         try:
             counter, refused = self._load_or_build(model)
         except Exception as exc:       # a server error: nothing kept, the next ask tries again
-            log.warning("no token counter for %s yet: %s", model, exc)
+            log.log(logging.INFO if self._closed else logging.WARNING, "no token counter for %s yet: %s", model, exc)
             counter, refused = None, None
         with self._lock:
             self._building.pop(model, None)

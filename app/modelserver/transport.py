@@ -95,9 +95,11 @@ def map_transport_errors(server: "HttpServer", stage: Stage) -> Iterator[None]:
         yield
     except Exception as exc:
         mapped = transport_error(exc, server, stage)
-        if mapped is None and isinstance(exc, RuntimeError) and getattr(server, "closed", False):
-            # a request still being served while the app shuts down (``Services.close`` closed the
-            # client): said as the server being out of reach, not a server error page
+        if getattr(server, "closed", False) and (isinstance(mapped, TransportFailed)
+                                                  or (mapped is None and isinstance(exc, RuntimeError))):
+            # a request still under way while the app shuts down (``Services.close`` closed the
+            # client under it: a RuntimeError, or a socket gone, EBADF): said as that, not as the
+            # server being away or a server error page
             mapped = Unreachable(f"{server.name} is not asked any more: the app is shutting down.")
         if mapped is None:
             raise
@@ -121,6 +123,7 @@ class HttpServer(ModelServer):
         """Close the pooled connections (a chat's own connection closes with its stream); a request
         made after this is ``Unreachable`` (``map_transport_errors``)."""
         self.closed = True
+        self.token_counters.close()
         self._http.close()
         self._chat_http.close()
 
