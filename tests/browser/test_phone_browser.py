@@ -276,7 +276,8 @@ def test_resend_replaces_the_failed_turn(live, scripted, open_page, size, scheme
     assert_axe_clean(page, "error card")
     shot(page, f"phone16-error-{tag(size, scheme)}")
     page.click("text=Re-send this message")
-    page.wait_for_selector("text=It worked this time.")
+    # the reply as recorded (the streamed text shows a moment before the turn is written)
+    page.wait_for_selector(".msg.reply:not(.streaming) >> text=It worked this time.")
     assert page.locator("article.turn").count() == 1
     assert page.locator(".card.error").count() == 0
     turns = live.services.store.load(name).turns
