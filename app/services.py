@@ -123,7 +123,7 @@ class Services:
         svc.indexer = Indexer(config.data_path, models, svc.worker, config.retrieval, calibration, svc.calls,
                               chunk_help)
         svc.on_close("indexer", lambda reason, deadline: svc.indexer.close())
-        svc.jobs = JobRunner(svc)
+        svc.jobs = JobRunner(svc.sizing, store, activities, svc.worker, svc.calls, svc.indexer)
         svc.on_close("job runner", lambda reason, deadline: svc.jobs.shutdown())
         return svc
 

@@ -274,9 +274,10 @@ def test_the_reach_check_sees_an_offender(tmp_path, monkeypatch):
 
 
 # The modules that take small objects made for them (issue 34): the sizing of a turn, a file or an
-# analysis takes a ``budget.Sizing``; a run's steps take a ``RunSteps``. None sees ``Services``.
+# analysis takes a ``budget.Sizing``; a run's steps take a ``RunSteps``; the runner the parts it
+# uses, each named. None sees ``Services``.
 EXPLICIT = ("app.chat.prepare", "app.chat.status", "app.analysis.plan", "app.analysis.steps",
-            "app.analysis.execute", "app.analysis.inflight", "app.analysis.retrieve")
+            "app.analysis.execute", "app.analysis.inflight", "app.analysis.retrieve", "app.analysis.runner")
 
 
 def service_bag_uses(source: str) -> set[str]:

@@ -47,15 +47,17 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from .. import chunking
 from .. import routing
 from ..errors import Busy, HarveyError, ModelError
 from ..errors import one_line as _one_line
 from ..events import EventLog
-from ..work.activity import Activity
+from ..budget import Sizing
+from ..work.activity import Activities, Activity
 from ..sessions import fountain, notes
-from ..sessions.store import SessionNotFound, TurnMoved
+from ..sessions.store import SessionNotFound, SessionStore, TurnMoved
 from . import answers, plan, record
 from .execute import Execution
 from .retrieve import Retrieval
@@ -63,6 +65,11 @@ from .steps import RunSteps
 from .job import (ACTIVE, OPEN, SETTLED, WORKING, ChunkResult, InvalidTransition, Job, JobError,  # noqa: F401
                   StateMachine, disk_trouble, without_directive)
 from .store import JobStore
+
+if TYPE_CHECKING:
+    from ..retrieval.indexer import Indexer
+    from ..work.calls import ModelCalls
+    from ..work.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +90,13 @@ KEEP_SETTLED = 8            # settled jobs kept for late event followers; older 
 class JobRunner:
     """Holds every open job; runs one at a time in a worker thread, the rest queue."""
 
-    def __init__(self, svc):
-        self.svc = svc
-        self.store = JobStore(svc.config.data_path / "jobs")
+    def __init__(self, sizing: Sizing, sessions: SessionStore, activities: Activities, worker: Worker,
+                 calls: ModelCalls, indexer: Indexer | None):
+        # What the runner uses, each named (issue 34): the settings, model server and calibration;
+        # the sessions its jobs' outcomes are written into; who holds each session; where the
+        # analysis lane runs; the model calls and the passages index its run's steps use.
+        self.sizing, self.sessions, self.activities = sizing, sessions, activities
+        self.store = JobStore(sizing.config.data_path / "jobs")
         self.machine = StateMachine(self.store.save, self.store.add_result)
         self._lock = self.machine.lock          # the one lock of every job state change
         self.jobs: dict[str, Job] = {}
@@ -95,10 +106,10 @@ class JobRunner:
         # The session's activity each open job holds (work.Activities owns them): a job holds
         # its session while its card waits for the instruction and while it runs.
         self._activities: dict[str, Activity] = {}
-        self.lane = svc.worker.lane("analysis", self._serve)
+        self.lane = worker.lane("analysis", self._serve)
         # What a run's steps (the map queue, the calls, the passages answer) may ask of the runner,
         # and nothing else of it (issue 34).
-        self.steps = RunSteps(svc.sizing, svc.calls, svc.indexer, self.machine, transition=self.transition,
+        self.steps = RunSteps(sizing, calls, indexer, self.machine, transition=self.transition,
                               stopped=self._stopped,
                               progress=self._progress, partial=self._partial,
                               after_stop=self._after_stop, fail=self._fail, finish=self._finish,
@@ -109,7 +120,7 @@ class JobRunner:
             self.logs[job.id] = EventLog(key=self._log_key(job))
             if job.state in SETTLED:
                 self._recover(job)      # a crash came between the decision and the record
-            elif not self.svc.store.exists(job.session):
+            elif not self.sessions.exists(job.session):
                 self.discard(job)       # stale: its session was deleted while the server was down
             elif job.state in ACTIVE:
                 self.transition(job, "interrupted", message=self._stopped_message(job))
@@ -142,7 +153,7 @@ class JobRunner:
 
     def _hold(self, job: Job) -> Activity:
         """Take the job's session (Busy if a reply or a compact holds it); called under the session lock."""
-        activity = self.svc.activities.begin(job.session, "analysis", job.turn)
+        activity = self.activities.begin(job.session, "analysis", job.turn)
         activity.waiting = job.state == "proposed"
         with self._lock:
             self._activities[job.id] = activity
@@ -152,7 +163,7 @@ class JobRunner:
         with self._lock:
             activity = self._activities.pop(job.id, None)
         if activity is not None:
-            self.svc.activities.end(activity)
+            self.activities.end(activity)
 
     def _activity_of(self, job: Job) -> Activity | None:
         with self._lock:
@@ -170,7 +181,7 @@ class JobRunner:
 
     def _log_key(self, job: Job) -> str:
         """Event ids of this process's log of a job: never taken for another process's (a restart)."""
-        return f"{self.svc.activities.boot}{job.id}"
+        return f"{self.activities.boot}{job.id}"
 
     # -- lookups -----------------------------------------------------------------------
 
@@ -236,8 +247,8 @@ class JobRunner:
                 turn_text: str | None = None, fields: dict | None = None) -> Job:
         """Plan the chunks of ``file`` for the card (``fields``: planned already, outside the
         session's lock); nothing is sent to a model."""
-        name, _ = plan.file_tokens(self.steps.sizing, file, 4.0)       # refuses a path outside the workspace first
-        fields = fields or plan.plan(self.steps.sizing, name, model, user_text)   # file_tokens: of the text, not the bytes
+        name, _ = plan.file_tokens(self.sizing, file, 4.0)       # refuses a path outside the workspace first
+        fields = fields or plan.plan(self.sizing, name, model, user_text)   # file_tokens: of the text, not the bytes
         job = Job(id=secrets.token_hex(6), session=session, turn=turn, file=name, user_text=user_text,
                   instruction=user_text, remaining=remaining, turn_text=turn_text, **fields)
         self._hold(job)
@@ -264,15 +275,15 @@ class JobRunner:
         if job.state != "proposed":
             raise InvalidTransition(f"The analysis of {job.file} is already {job.state}.")
         if self._activity_of(job) is None:        # (a second card of an older file, found at start-up)
-            with self.svc.store.lock(job.session):
+            with self.sessions.lock(job.session):
                 self._retake(job)
         model, text = self._route(instruction, job.model)
         if not text.strip():
             raise JobError("Write what to do with each chunk (or \"no\" to cancel).")
-        max_chunks = self.svc.config.chunking.max_chunks
+        max_chunks = self.sizing.config.chunking.max_chunks
         changes: dict = {}
         if model != job.model:      # another window and calibration: plan the chunks again
-            changes = plan.plan(self.steps.sizing, job.file, model, job.instruction)
+            changes = plan.plan(self.sizing, job.file, model, job.instruction)
             if way != "retrieve" and changes["chunks"] != job.chunks and changes["chunks"] > max_chunks:
                 self.machine.update(job, expect="proposed", **changes)
                 raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
@@ -294,8 +305,8 @@ class JobRunner:
         """Self-Route's whole-file read (issue 32): turn ``index`` holds a passages answer whose model said
         the passages do not hold the answer; propose a full read of its file with its instruction and
         start it at once (every chunk). Its answer replaces the passages answer, which its scene keeps."""
-        with self.svc.store.lock(session):
-            turns = self.svc.store.load(session).turns
+        with self.sessions.lock(session):
+            turns = self.sessions.load(session).turns
             turn = turns[index] if 0 <= index < len(turns) else None
             analysis = turn.analysis if turn is not None else None
             if analysis is None or not analysis.rag or turn.user_text is None:
@@ -327,16 +338,16 @@ class JobRunner:
         if mention is None:
             return default, text
         try:
-            return routing.resolve(mention, self.svc.models.models()), text
+            return routing.resolve(mention, self.sizing.models.models()), text
         except routing.UnknownModel as exc:
-            hint = f" Install it with: ollama pull {mention}" if self.svc.config.model_server.api == "native" else ""
+            hint = f" Install it with: ollama pull {mention}" if self.sizing.config.model_server.api == "native" else ""
             raise JobError(f"{exc}{hint}") from None
 
     def decline(self, job: Job) -> None:
         """"no": back to the conversation; nothing is sent to any model."""
         self.transition(job, "declined", expect="proposed")
         try:
-            record.write_decline(self.svc.store, job)
+            record.write_decline(self.sessions, job)
         except (TurnMoved, SessionNotFound) as exc:
             log.warning("the decline of analysis %s could not be noted: %s", job.id, exc)
         self._settle(job)
@@ -403,7 +414,7 @@ class JobRunner:
         if job.state != "interrupted":
             raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
         try:
-            doc = plan.document(self.steps.sizing, job, tokens=False)       # (a request: the fingerprint only)
+            doc = plan.document(self.sizing, job, tokens=False)       # (a request: the fingerprint only)
         except (HarveyError, OSError) as exc:
             self._refuse(job, f"{job.file} cannot be read any more ({_one_line(exc)}), so the analysis cannot "
                               "resume. Put the file back and retry, or discard the analysis.")
@@ -417,7 +428,7 @@ class JobRunner:
         under the session's lock so that no message slips in between, and is queued. The state is
         checked under the runner's lock too: a run still letting go of the job (its transition gives
         the session back in that lock) has finished doing so when the check sees the new state."""
-        with self.svc.store.lock(job.session), self._lock:
+        with self.sessions.lock(job.session), self._lock:
             if job.state != expect:
                 raise InvalidTransition(f"The analysis of {job.file} is {job.state} now, not {expect}.")
             self._retake(job)
@@ -525,7 +536,7 @@ class JobRunner:
             return                  # cancelled or discarded before the worker got to it
         self._progress(job)
         try:
-            doc = plan.document(self.steps.sizing, job)
+            doc = plan.document(self.sizing, job)
         except ModelError as exc:
             if exc.transient:
                 raise                     # the server is away: interrupted, Retry goes on (``_serve``)
@@ -533,7 +544,7 @@ class JobRunner:
         except (HarveyError, OSError) as exc:
             return self._fail(job, f"{job.file} cannot be read: {_one_line(exc)}")
         if not job.fingerprint:           # planned from its measure (too large to read in a request)
-            fields, doc = plan.exact(self.steps.sizing, job, doc)
+            fields, doc = plan.exact(self.sizing, job, doc)
             self.machine.update(job, expect="running", **fields)
             self._progress(job)
         if doc.fingerprint != job.fingerprint:
@@ -555,7 +566,7 @@ class JobRunner:
     def _ask_to_read_on(self, job: Job, doc: chunking.Document) -> None:
         """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut
         silently); the card names the part not read so far."""
-        unread = plan.unread(job, doc, plan.job_chunks(self.steps.sizing, job, doc, whole=True))
+        unread = plan.unread(job, doc, plan.job_chunks(self.sizing, job, doc, whole=True))
         self.transition(job, "confirm", expect="running", unread=unread, message=(
             f"{job.file} is denser than planned: the whole file needs {job.chunks} chunks, and the {job.total} "
             "agreed have run."))
@@ -581,7 +592,7 @@ class JobRunner:
         """The job cannot finish; the scene records what ran (when anything did); the card says why."""
         if synthesis is not None:
             try:
-                record.write_outcome(self.svc.store, job, None, synthesis)
+                record.write_outcome(self.sessions, job, None, synthesis)
             except (TurnMoved, SessionNotFound) as exc:
                 message += f" (It could not be recorded in the session either: {_one_line(exc)})"
         self.transition(job, "failed", message=message)
@@ -595,7 +606,7 @@ class JobRunner:
         if it moved, the job fails and keeps its answer on the card: nothing is lost.
         """
         try:
-            record.write_outcome(self.svc.store, job, answer, synthesis)
+            record.write_outcome(self.sessions, job, answer, synthesis)
         except (TurnMoved, SessionNotFound) as exc:
             self.transition(job, "failed", message=(
                 f"The answer could not be written into the session: {_one_line(exc)}"
@@ -605,11 +616,11 @@ class JobRunner:
 
     def _recover(self, job: Job) -> None:
         """At start-up: finish recording a job whose outcome was decided but maybe not written."""
-        if job.state == "discarded" or record.recorded(self.svc.store, job):
+        if job.state == "discarded" or record.recorded(self.sessions, job):
             return self._settle(job)
         if job.state == "declined":
             try:
-                record.write_decline(self.svc.store, job)
+                record.write_decline(self.sessions, job)
             except (TurnMoved, SessionNotFound):
                 pass
             return self._settle(job)
