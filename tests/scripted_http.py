@@ -79,6 +79,16 @@ class TrackedHandler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
+    def _body(self) -> dict | None:
+        """The request's JSON; None when it did not arrive whole (the server was killed while the
+        app sent it): a request the server never received is not recorded as one it answered."""
+        size = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(size) if size else b""
+        if len(raw) < size:
+            self.close_connection = True
+            return None
+        return json.loads(raw or b"{}")
+
     def _json(self, status: int, obj) -> None:
         data = json.dumps(obj).encode()
         self.send_response(status)

@@ -224,11 +224,6 @@ def _handler_for(server: ScriptedOllama):
     class Handler(TrackedHandler):
         server_of = server
 
-        def _body(self) -> dict:
-            size = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(size) if size else b""
-            return json.loads(raw or b"{}")
-
         def do_GET(self):
             rec = server._record("GET", self.path, {})
             rec.finished.set()
@@ -261,6 +256,8 @@ def _handler_for(server: ScriptedOllama):
 
         def do_POST(self):
             body = self._body()
+            if body is None:
+                return
             rec = server._record("POST", self.path, body)
             try:
                 if server.down:

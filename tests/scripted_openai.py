@@ -122,8 +122,9 @@ def _handler_for(server: ScriptedOpenAI):
             self._error(404, "File Not Found", "not_found_error")
 
         def do_POST(self):
-            size = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(size) or b"{}")
+            body = self._body()
+            if body is None:
+                return
             rec = server._record("POST", self.path, body)
             try:
                 if self.path == "/tokenize" and server.tokenize_fails:
