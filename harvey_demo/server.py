@@ -71,6 +71,7 @@ import time
 import urllib.parse
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
 
 from . import embedder as minilm
 from . import models as bundled
@@ -112,16 +113,24 @@ class RequestError(Exception):
 # --------------------------------------------------------------------------
 
 
-def gguf_tokenizer(model_path: str) -> dict:
-    """The GGUF's ``tokenizer.ggml.*`` keys and ``general.name``, with the values Ollama's verbose
-    ``/api/show`` gives (lists for the arrays); {} when they cannot be read (logged): the client
-    then estimates, as it would with a server that gives no tokenizer."""
-    try:
-        from gguf import GGUFReader
+def gguf_fields(model_path: str, wanted: Callable[[str], bool] = lambda name: True) -> dict:
+    """The GGUF's key/value metadata the way Ollama's verbose ``/api/show`` gives it in
+    ``model_info`` (lists for the arrays; raw byte values and the reader's own ``GGUF.*`` fields
+    left out), for the keys ``wanted`` names; raises when the file cannot be read."""
+    from gguf import GGUFReader
 
-        reader = GGUFReader(model_path)
-        return {name: field.contents() for name, field in reader.fields.items()
-                if name.startswith("tokenizer.ggml.") or name == "general.name"}
+    reader = GGUFReader(model_path)
+    return {name: value for name, field in reader.fields.items()
+            if not name.startswith("GGUF.") and wanted(name)
+            and not isinstance(value := field.contents(), (bytes, bytearray))}
+
+
+def gguf_tokenizer(model_path: str) -> dict:
+    """The GGUF's ``tokenizer.ggml.*`` keys and ``general.name`` (``gguf_fields``); {} when they
+    cannot be read (logged): the client then estimates, as it would with a server that gives no
+    tokenizer."""
+    try:
+        return gguf_fields(model_path, lambda name: name.startswith("tokenizer.ggml.") or name == "general.name")
     except Exception as error:      # (ImportError: gguf not installed; a damaged file)
         LOGGER.warning("the tokenizer of %s could not be read (%s); /api/show gives none", model_path, error)
         return {}

@@ -65,17 +65,9 @@ def model_info(path: Path) -> dict:
     cached = CACHE / f"model_info-{key}.json"
     if cached.exists():
         return json.loads(cached.read_text(encoding="utf-8"))
-    from gguf import GGUFReader
+    from harvey_demo.server import gguf_fields
 
-    reader = GGUFReader(path)
-    info = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        value = field.contents()
-        if isinstance(value, (bytes, bytearray)):
-            continue
-        info[name] = value
+    info = gguf_fields(str(path))
     CACHE.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=CACHE, suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -139,15 +139,27 @@ class JobRunner:
         that step too."""
         with self._lock:
             self.machine.transition(job, new_state, **changes)
-            if new_state not in HOLDING:
-                self._release(job)
-            else:
-                activity = self._activity_of(job)
-                if activity is not None:
-                    activity.waiting = new_state == "proposed"
-            if new_state in AWAITING:
-                self._emit_state(job)
+            self._changed(job, new_state)
         return job
+
+    def _changed(self, job: Job, new_state: str) -> None:
+        """What goes with every state change, saved or not, in the same locked step: the session
+        given back when the job leaves ``HOLDING``, the followers told when it waits on the user."""
+        if new_state not in HOLDING:
+            self._release(job)
+        else:
+            activity = self._activity_of(job)
+            if activity is not None:
+                activity.waiting = new_state == "proposed"
+        if new_state in AWAITING:
+            self._emit_state(job)
+
+    def _unsaved(self, job: Job, new_state: str, exc: OSError) -> None:
+        """The change to ``new_state`` when it cannot be saved (a full or read-only disk): made in
+        memory, with the card saying why, and with everything ``transition`` does beside it."""
+        with self._lock:
+            self.machine.unsaved(job, new_state, message=self._unsaved_message(exc))
+            self._changed(job, new_state)
 
     # -- the session's activity ---------------------------------------------------------
 
@@ -369,15 +381,10 @@ class JobRunner:
     def _move(self, job: Job, new_state: str) -> None:
         """A transition the user asked for (Cancel) that must happen even when the state cannot be
         saved: then it happens in memory, and the card says why."""
-        with self._lock:
-            try:
-                self.transition(job, new_state)
-            except OSError as exc:
-                self.machine.unsaved(job, new_state, message=self._unsaved_message(exc))
-                if new_state not in HOLDING:
-                    self._release(job)
-                if new_state in AWAITING:
-                    self._emit_state(job)
+        try:
+            self.transition(job, new_state)
+        except OSError as exc:
+            self._unsaved(job, new_state, exc)
 
     @staticmethod
     def _unsaved_message(exc: OSError) -> str:
@@ -388,13 +395,10 @@ class JobRunner:
         """The job's state cannot be saved: it becomes interrupted in memory (Retry when the disk has
         room), its session is given back, and the card says why."""
         log.error("analysis %s: its state cannot be saved (%s); interrupted, the session is given back", job.id, exc)
-        with self._lock:
-            try:
-                self.machine.unsaved(job, "interrupted", message=self._unsaved_message(exc))
-            except InvalidTransition:
-                return                   # settled or waiting on the user already
-            self._release(job)
-            self._emit_state(job)
+        try:
+            self._unsaved(job, "interrupted", exc)
+        except InvalidTransition:
+            pass                     # settled or waiting on the user already
 
     def after_cancel(self, job: Job, keep: bool) -> None:
         """Synthesize the partial answers collected so far, or drop them."""
