@@ -105,6 +105,9 @@ class Budget:
     limited_by: str = ""             # what sets the window (``window_limit``): "memory" is said on the page
     counter: object | None = None    # the model's exact counter (tokens.Counter); None: bytes per token
     template: tuple[int, int] = (MESSAGE_OVERHEAD_TOKENS, 0)   # tokens per message, per request
+    # Texts the server counted (a past reply, by its stats line: ``chat.prepare.recorded_sizes``): where
+    # the sizes are estimated, such a text is taken at no less than that count.
+    recorded: dict[str, int] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:
@@ -145,7 +148,11 @@ class Budget:
         """Tokens of ``messages`` with the template's per-message cost (counted or estimated)."""
         if self.counter is not None:
             return count_messages(messages, self.counter, self.template)
-        return estimate_messages(messages, self.bytes_per_token)
+        estimated = estimate_messages(messages, self.bytes_per_token)
+        if not self.recorded:
+            return estimated
+        return estimated + sum(max(0, self.recorded.get(m.get("content") or "", 0)
+                                   - estimate_tokens(m.get("content") or "", self.bytes_per_token)) for m in messages)
 
 
 def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from app.sessions import fountain
-from app.budget import Budget, Calibration, estimate_messages, fit_history, new_budget
+from app.budget import MESSAGE_OVERHEAD_TOKENS, Budget, Calibration, estimate_messages, fit_history, new_budget
 from app.config import Config, ModelConfig
 from conftest import make_config
 from scripted_ollama import Reply
@@ -244,3 +244,42 @@ def test_compact_summarises_older_turns_and_later_requests_send_the_summary(tmp_
     assert not any("fact number 0" == c for c in contents) and "fact number 3" in contents
     turns = fountain.turns(fountain.loads((live.services.store.folder / f"{name}.spmd").read_text()))
     assert [t.user_text for t in turns][:4] == [f"fact number {i}" for i in range(4)]   # the file keeps all
+
+
+def test_an_estimated_past_reply_is_taken_at_the_size_its_server_counted(tmp_path, scripted, make_live):
+    """With no tokenizer (the estimate), a past reply is sized by the count its stats line records
+    ("N reply"), not by its bytes: a reply the server counted at 1,600 tokens, 400 by the estimate,
+    no longer fits a 2,048 window beside the reply's reserve, so it is left out and said so, where the
+    estimate would have sent it and overflowed.  (The bundled 135M model's own 417-token reply was
+    budgeted at least 31 tokens short when estimated, seen in CI.)"""
+    scripted.models["tiny:1b"] = 2048
+    scripted.script = lambda body: Reply(text="x" * 1600, piece_size=1)     # eval_count: one per piece
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    send(live, name, "Write a long line.")
+    recorded = fountain.turns(fountain.loads((live.services.store.folder / f"{name}.spmd").read_text()))[0]
+    assert fountain.reply_tokens(recorded.stats) == 1600 and recorded.reply == "x" * 1600
+    assert estimate_messages([{"content": recorded.reply}], 4.0) < 1600 / 3
+    scripted.script = lambda body: Reply(text="Short.")
+    fragment = send(live, name, "And now?")
+    second = scripted.chats()[-1]
+    assert "x" * 1600 not in [m["content"] for m in second.body["messages"]]
+    assert "1 older turn left out of this request" in fragment
+
+
+def test_recorded_sizes_are_the_models_own_chat_replies():
+    """Only a chat reply of the same model, its stats saying its count; an analysis's stats count all
+    of its calls, another model's count is another tokenizer's."""
+    from app.chat.prepare import recorded_sizes
+    from app.sessions.fountain.data import ChunkAnalysis
+    stats = fountain.stats_line("tiny:1b", "ollama", 900, 40, 3.0)
+    chat = fountain.Turn(when=None, user_text="hi", model="tiny:1b", reply="a reply", stats=stats)
+    other = dataclasses.replace(chat, model="other:7b", reply="another reply")
+    analysis = dataclasses.replace(chat, reply="an answer", analysis=ChunkAnalysis(
+        file="f.md", chunks=3, model="tiny:1b", boundary="heading", chunk_size=500, instruction="Summarize."))
+    unsaid = dataclasses.replace(chat, reply="no stats", stats=None)
+    assert recorded_sizes([chat, other, analysis, unsaid], "tiny:1b") == {"a reply": 900}
+    budget = new_budget(Config(), "tiny:1b", 8192, 4.0)
+    budget.recorded = {"a reply": 900}
+    assert budget.messages_cost([{"content": "a reply"}, {"content": "a question"}]) == \
+        900 + estimate_messages([{"content": "a question"}], 4.0) + MESSAGE_OVERHEAD_TOKENS

@@ -107,9 +107,20 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live):
     assert "@SMOLLM2" in text or "SMOLLM2" in text
     first.close()
     second = make_live(config)
+    sent = []
+    stream = second.services.calls.stream
+
+    def recording(activity, request, *args, **kwargs):      # the real call, its request kept
+        sent.append(request)
+        return stream(activity, request, *args, **kwargs)
+
+    second.services.calls.stream = recording
+    # The first message after a restart: its counter loads from disk meanwhile, and the message
+    # waits for it (``prepare.COUNTER_WAIT_S``), so it is counted, never budgeted short.
     second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"})
     gen2 = wait_reply(second, name)
     assert gen2.status == "done"
+    assert gen2.usage.prompt_tokens <= sent[-1].estimate, (gen2.usage.prompt_tokens, sent[-1].estimate)
     # The second request carried the first turn when it fits beside the new message and the reply
     # reserve (Ollama read more tokens than the first message alone). The 135M model sometimes fills
     # the 512 window with its first reply (417 tokens, seen in CI): then the budget must leave that

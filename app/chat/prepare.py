@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import chunking, documents, filenames, routing
 from ..errors import Refused
-from ..budget import Budget, Sizing, calibration_kind, estimate_messages, estimate_tokens, fit_history, new_budget
+from ..budget import Budget, Sizing, calibration_kind, estimate_tokens, fit_history, new_budget
 from ..errors import ModelError
 from ..sessions import fountain, notes
 from ..work.calls import Request
@@ -65,7 +65,7 @@ class Prepared:
             return self.budget.messages_cost(self.messages) + self.budget.template[1]
         bpt = self.budget.bytes_per_token
         at_chat = sum(estimate_tokens(f.text, bpt) for f in self.files)
-        return estimate_messages(self.messages, bpt) - at_chat + sum(f.tokens for f in self.files)
+        return self.budget.messages_cost(self.messages) - at_chat + sum(f.tokens for f in self.files)
 
     cap: int = 0                      # chat.reply_tokens: the most the reply may generate (0: the room)
 
@@ -138,6 +138,22 @@ def _history_prompt(turn: fountain.Turn) -> str | None:
     return None
 
 
+def recorded_sizes(turns: list[fountain.Turn], model: str) -> dict[str, int]:
+    """``model``'s past chat replies at the size its server counted (the stats line's "N reply"), by
+    their text: where the budget estimates, a reply is never taken as smaller (``Budget.recorded``).
+    A small model's own replies can be denser than the prompts its bytes-per-token figure is learnt
+    from.  An analysis's stats count every call of it, not its answer: not used."""
+    return {turn.reply: tokens for turn in turns
+            if turn.reply and turn.analysis is None and not turn.more and turn.model == model
+            and (tokens := fountain.reply_tokens(turn.stats))}
+
+
+def fit_past(budget: Budget, system: str, past: list[fountain.Turn], retrying: bool = False) -> tuple[list[dict], int]:
+    """``fit_history`` over the session's past turns, each reply at no less than its recorded size."""
+    budget.recorded.update(recorded_sizes(past, budget.model))
+    return fit_history(budget, system, history_turns(past, retrying))
+
+
 def assistant_text(turn: fountain.Turn) -> str:
     """The reply as the model is shown it; with further models' replies, each under its name."""
     if not turn.more:
@@ -168,9 +184,9 @@ def compact_request(sizing: Sizing, turns: list[fountain.Turn], model: str, keep
     older = history[:-keep] if keep else history
     if not older:
         return None
-    budget = new_budget(sizing.config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model),
-                        sizing.models.memory_window(model))
+    budget = chat_budget(sizing, model)
     budget.components["reply"] = COMPACT_REPLY_TOKENS
+    budget.recorded = recorded_sizes(turns, model)
     kept, left_out = fit_history(budget, COMPACT_PROMPT, older)
     transcript = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in kept)
     messages = [{"role": "system", "content": COMPACT_PROMPT}, {"role": "user", "content": transcript}]
@@ -188,19 +204,20 @@ def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, mode
     that turn's message and its reply so far, and a plain request to go on from there.  Refused
     (``TurnRefused``) when the conversation and the reply leave no room in the window to continue."""
     config = sizing.config
-    budget = new_budget(config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model))
+    budget = chat_budget(sizing, model)
+    budget.recorded = recorded_sizes(past[:index + 1], model)     # the reply so far at its counted size
     system = system_prompt(config, config.workspace_path)
     turn = past[index]
     exchange = [{"role": "user", "content": _history_prompt(turn) or ""},
                 {"role": "assistant", "content": turn.reply or ""}, {"role": "user", "content": CONTINUE_PROMPT}]
-    budget.components["system"] = estimate_messages([{"content": system}], budget.bytes_per_token)
-    budget.components["message"] = estimate_messages(exchange, budget.bytes_per_token)
+    budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
+    budget.components["message"] = budget.messages_cost(exchange)
     try:
         _refuse_too_long(budget)
     except TurnRefused:
         raise TurnRefused("too_long", "The reply so far fills the model's window: there is no room left to "
                                       "continue it. Ask for the rest in a new message, or start a new session.") from None
-    history, left_out = fit_history(budget, system, history_turns(past[:index]))
+    history, left_out = fit_past(budget, system, past[:index])
     messages = [{"role": "system", "content": system}, *history, *exchange]
     return Prepared(model, exchange[0]["content"], messages, budget, left_out_turns=left_out,
                     cap=config.chat.reply_tokens)
@@ -212,10 +229,18 @@ def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fo
                          notes=[notes.compact(summarised, model, left_out)])
 
 
+# A message sent while its model's counter is loading (the first after a restart: from disk in
+# 0.1-3 s, bench/RESULTS.md) waits this long for it, so counts, not an estimate, decide what
+# history fits (estimated, a 135M model's own 417-token reply was budgeted at least 31 tokens short, the
+# next reply cut to 33 tokens).  A longer build (a 262k vocabulary fetched from a busy Pi) goes on in
+# the background: this message is estimated, with the estimate's margin.
+COUNTER_WAIT_S = 5.0
+
+
 def chat_budget(sizing: Sizing, model: str) -> Budget:
-    """A new budget for ``model``, counted with its own tokenizer when the server gave one
-    (``ModelServer.counter`` never waits: until the counter is built, the estimate)."""
-    counter = sizing.models.counter(model)
+    """A new budget for ``model``, counted with its own tokenizer when the server gave one (a
+    counter still loading is waited for ``COUNTER_WAIT_S`` at most, then the estimate)."""
+    counter = sizing.models.counter(model, wait=COUNTER_WAIT_S)
     template = sizing.calibration.templates.cost(model) if counter is not None else None
     return new_budget(sizing.config, model, sizing.models.window(model), sizing.calibration.bytes_per_token(model),
                       sizing.models.memory_window(model), counter=counter, template=template)
@@ -250,7 +275,7 @@ def prepare(sizing: Sizing, past: list[fountain.Turn], text: str, model: str, re
     prepared = files or prepare_files(sizing, text, model, allow_missing)
     budget = prepared.budget
     system = system_prompt(config, config.workspace_path)
-    history, prepared.left_out_turns = fit_history(budget, system, history_turns(past, retrying))
+    history, prepared.left_out_turns = fit_past(budget, system, past, retrying)
     if prepared.left_out_turns:
         n = prepared.left_out_turns
         prepared.notices.append(f"{n} older turn{'s' if n > 1 else ''} left out of this request "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from ..budget import Sizing, fit_history, new_budget
+from ..budget import Sizing, new_budget
 from ..errors import ModelError
 from ..retrieval import embedding
 from ..routing import match_recorded
@@ -107,6 +107,5 @@ def _history_budget(sizing: Sizing, session: Session, model: str, facts, fit, by
     template = sizing.calibration.templates.cost(model) if counter is not None else None
     budget = new_budget(sizing.config, model, facts.context_length, bytes_per_token,
                         fit.cap if fit else None, counter=counter, template=template)
-    fit_history(budget, prepare.system_prompt(sizing.config, sizing.config.workspace_path),
-                prepare.history_turns(session.turns))
+    prepare.fit_past(budget, prepare.system_prompt(sizing.config, sizing.config.workspace_path), session.turns)
     return budget

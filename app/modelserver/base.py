@@ -404,11 +404,12 @@ class ModelServer(ABC):
 
     # -- exact token counts (issue 30) ---------------------------------------------------
 
-    def counter(self, model: str, wait: bool = False) -> Counter | None:
+    def counter(self, model: str, wait: bool | float = False) -> Counter | None:
         """The model's exact token counter, or None: the caller uses the bytes-per-token estimate.
 
-        Never waits for a build unless ``wait`` (the worker may; a request must not): the first
-        ask starts it in the background (``counting.TokenCounters``)."""
+        Never waits for a build unless ``wait`` (True: the worker, until it is built; seconds: a
+        message, a bounded while): the first ask starts it in the background
+        (``counting.TokenCounters``)."""
         return self.token_counters.get(model, wait=wait)
 
     def counter_state(self, model: str) -> tuple[str, str]:

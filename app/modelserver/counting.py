@@ -4,8 +4,9 @@
 first ask starts one on a background thread (fetching an Ollama model's whole vocabulary,
 8 MB of JSON for Gemma's 262k tokens, and building it takes seconds on a Pi) and answers None,
 so the page is served with the bytes-per-token estimate; every later ask gets the counter.
-``get(model, wait=True)`` builds in the calling thread: for the worker (an analysis plan),
-which is off the request path already.
+``get(model, wait=True)`` waits for the build: for the worker (an analysis plan), which is off
+the request path already; ``get(model, wait=seconds)`` at most that long: a message (the first
+after a restart, its counter loading from disk) is counted, not estimated, when it comes in time.
 
 Kept: the two most recently used counters in memory (an LRU of 2: a Pi has room for a chat
 model's and a second model's vocabulary, not for every installed model's), and each model's
@@ -60,10 +61,11 @@ class TokenCounters:
 
     # -- asking ----------------------------------------------------------------------------
 
-    def get(self, model: str, wait: bool = False) -> Counter | None:
-        """The model's counter; None while it is built in the background (``wait``: until it is
-        built) or when it cannot be exact (``state`` says why).  A build that failed (the server
-        down) is tried again after ``RETRY_AFTER_S``, not on every page."""
+    def get(self, model: str, wait: bool | float = False) -> Counter | None:
+        """The model's counter; None while it is built in the background or when it cannot be
+        exact (``state`` says why).  ``wait``: True, until it is built (a failed build is tried
+        again at once); a number, at most that many seconds (then None while it goes on).  A build
+        that failed (the server down) is tried again after ``RETRY_AFTER_S``, not on every page."""
         with self._lock:
             counter = self._memory.get(model)
             if counter is not None:
@@ -73,14 +75,14 @@ class TokenCounters:
                 return None
             thread = self._building.get(model)
             if thread is None:
-                if not wait and time.monotonic() - self._failed.get(model, -RETRY_AFTER_S) < RETRY_AFTER_S:
+                if wait is not True and time.monotonic() - self._failed.get(model, -RETRY_AFTER_S) < RETRY_AFTER_S:
                     return None
                 thread = threading.Thread(target=self._load, args=(model,), name=f"tokenizer {model}", daemon=True)
                 self._building[model] = thread
                 thread.start()
         if not wait:
             return None
-        thread.join()
+        thread.join(None if wait is True else wait)
         with self._lock:
             return self._memory.get(model)
 

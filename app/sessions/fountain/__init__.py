@@ -149,8 +149,8 @@ from .codec import (BLANK_LINE, _decode_line, _decode_text, _encode_line, _encod
 from .data import (CHUNK_DONE, END_MARKER, HARVEY, TS_FORMAT, Answer, ChunkAnalysis, CitedPassage, Element, Scene,
                    Screenplay, Turn)
 from .parser import loads, read_file
-from .turns import (chat_scene, mention_note, model_switch_note, new_title_page, split_mention, stats_line,
-                    turn_scenes, turns)
+from .turns import (chat_scene, mention_note, model_switch_note, new_title_page, reply_tokens, split_mention,
+                    stats_line, turn_scenes, turns)
 
 __all__ = [
     "Element",
@@ -168,6 +168,7 @@ __all__ = [
     "read_chunk_scene",
     "model_cue",
     "stats_line",
+    "reply_tokens",
     "new_title_page",
     "model_switch_note",
 ]

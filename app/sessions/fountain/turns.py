@@ -35,6 +35,15 @@ def _stats_model(stats: str) -> str | None:
     return inner[1] if inner else last
 
 
+_REPLY_TOKENS = re.compile(r"(?P<a>\d+) reply \+ \d+ ctx|\d+ prompt \+ (?P<b>\d+) reply tokens")
+
+
+def reply_tokens(stats: str | None) -> int | None:
+    """The reply's tokens as its server counted them, from a stats line (None: not said)."""
+    m = _REPLY_TOKENS.search(stats or "")
+    return int(m["a"] or m["b"]) if m else None
+
+
 def _is_stats(text: str) -> bool:
     return bool(_STATS.fullmatch(text) or _STATS_SHORT.fullmatch(text))
 
