@@ -214,6 +214,20 @@ def make_live(tmp_path):
         app.close()
 
 
+def record_requests(live) -> list:
+    """The requests the app sends from now on, as it budgeted them (``work.calls.Request``): its
+    real calls go on, each request kept."""
+    sent = []
+    stream = live.services.calls.stream
+
+    def recording(activity, request, *args, **kwargs):
+        sent.append(request)
+        return stream(activity, request, *args, **kwargs)
+
+    live.services.calls.stream = recording
+    return sent
+
+
 def send_and_finish(live, name, message, **form):
     """Send a chat message and read its reply stream to the end."""
     response = live.post(f"/s/{name}/messages", data={"message": message, **form})

@@ -16,7 +16,7 @@ import pytest
 
 from app.budget import count_messages, estimate_messages
 from app.chat import prepare
-from conftest import make_config
+from conftest import make_config, record_requests
 from scripted_ollama import ScriptedOllama
 from vocab import model_info, smollm_gguf
 from waiting import wait_for
@@ -39,21 +39,16 @@ def _started(tmp_path, make_live, info, wait_s, monkeypatch):
     server.model_info[MODEL] = info
     server.verbose_gate = threading.Event()
     live = make_live(make_config(tmp_path, server.url, model=MODEL))
-    models, calls = live.services.models, live.services.calls
-    waits, sent = [], []
-    ask, stream = models.counter, calls.stream
+    models, waits = live.services.models, []
+    ask = models.counter
 
     def counter(model, wait=False):
         if wait and wait is not True:
             waits.append(wait)
         return ask(model, wait=wait)
 
-    def recording(activity, request, *args, **kwargs):
-        sent.append(request)
-        return stream(activity, request, *args, **kwargs)
-
-    models.counter, calls.stream = counter, recording
-    return server, live, waits, sent
+    models.counter = counter
+    return server, live, waits, record_requests(live)
 
 
 def _send(live, name, text):
