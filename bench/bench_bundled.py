@@ -1,7 +1,7 @@
 """The bundled demo model's candidates side by side, on the demo's own tasks (issue 31).
 
 Run from the repository root:
-    python bench/bench_bundled.py [--models smollm2:135m,gemma3:270m,qwen2.5-coder:0.5b] [--write]
+    python bench/bench_bundled.py [--models smollm2:135m,gemma3:270m,qwen2.5-coder:0.5b] [--tasks map] [--write]
 
 Each candidate (harvey_demo.models.BUNDLED) runs in its own ``python -m harvey_demo.server``
 process (llama.cpp through xllamacpp, the server's default thread count: one fewer than the
@@ -222,7 +222,10 @@ def synthesis_task(client, name, speeds, samples) -> dict:
     return {"synth_echo": echoes / len(SYNTHESIS_TASKS), "synth_cites": cites / len(SYNTHESIS_TASKS)}
 
 
-def measure(name: str, threads: int | None) -> dict:
+TASKS = {"chat": chat_task, "map": map_task, "synthesis": synthesis_task}
+
+
+def measure(name: str, threads: int | None, tasks: list[str] = list(TASKS)) -> dict:
     process, url = start_server(name, threads)
     load_before = os.getloadavg()[0]
     speeds, samples = [], {}
@@ -230,9 +233,8 @@ def measure(name: str, threads: int | None) -> dict:
     try:
         client = OllamaServer(url, read_timeout=600)
         row = {"model": name, "size_mb": os.path.getsize(bundled.locate(bundled.get(name))) / 1e6}
-        row.update(chat_task(client, name, speeds, samples))
-        row.update(map_task(client, name, speeds, samples))
-        row.update(synthesis_task(client, name, speeds, samples))
+        for task in tasks:                  # --tasks map: the map prompt alone (a change of it, before and after)
+            row.update(TASKS[task](client, name, speeds, samples))
         row["gen_tps"] = statistics.median(s[0] for s in speeds) if speeds else 0.0
         row["prompt_tps"] = statistics.median(s[1] for s in speeds if s[1]) if speeds else 0.0
         row["rss_mb"] = peak_rss_mb(process.pid)
@@ -245,8 +247,8 @@ def measure(name: str, threads: int | None) -> dict:
     return row
 
 
-def pct(value: float) -> str:
-    return f"{100 * value:.0f} %"
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.0f} %"
 
 
 def table(rows: list[dict]) -> str:
@@ -254,7 +256,9 @@ def table(rows: list[dict]) -> str:
              "| quotes found | synthesis echo | synthesis cites | gen tok/s | prompt tok/s | peak RSS | minutes "
              "| load avg (1 min) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
+    for row in rows:
+        r = {key: None for key in ("chat_right", "chat_echo", "map_valid", "map_read", "map_degenerate",
+                                   "map_grounded", "synth_echo", "synth_cites")} | {"map_points": 0} | row
         lines.append(f"| {r['model']} | {r['size_mb']:.0f} MB | {pct(r['chat_right'])} | {pct(r['chat_echo'])} "
                      f"| {pct(r['map_valid'])} | {pct(r['map_read'])} | {pct(r['map_degenerate'])} "
                      f"| {pct(r['map_grounded'])} of {r['map_points']} | {pct(r['synth_echo'])} "
@@ -267,8 +271,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(bundled.BUNDLED))
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: the server's)")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="which of chat,map,synthesis to run")
     parser.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
     args = parser.parse_args()
+    tasks = [t for t in args.tasks.split(",") if t]
     names = [n for n in args.models.split(",") if n]
     for name in names:
         if not bundled.available(bundled.get(name)):
@@ -276,7 +282,7 @@ def main() -> int:
     header = machine()
     rows = []
     for name in names:
-        row = measure(name, args.threads)
+        row = measure(name, args.threads, tasks)
         rows.append(row)
         print(json.dumps(row, ensure_ascii=False), flush=True)
     text = table(rows)

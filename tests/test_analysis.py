@@ -133,8 +133,8 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     for c in chats:
         assert estimate_messages(c.body["messages"], 4.0) + c.body["options"]["num_predict"] <= c.num_ctx
     first = maps[0].body["messages"][-1]["content"]
-    # the label names its sections (chunk 1 has the plan's total: the rest were re-planned after it)
-    assert re.match(r"Summarize the methodology of each section.\n\n---\nChunk 1 of \d+ \(sections: Section 1",
+    # the label names the section it starts in (chunk 1 has the plan's total: the rest were re-planned after it)
+    assert re.match(r"Summarize the methodology of each section.\n\n---\nChunk 1 of \d+ \(in: Section 1",
                     first)
     assert first.endswith("\n---\nAnswer in at most 250 words.")               # short partial answers (#14)
     text = session_text(live, name)

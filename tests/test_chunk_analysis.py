@@ -239,16 +239,18 @@ def fake_chunk(sections, index=2, first=0, last=0, text="body\n"):
                  fingerprint="f", sections=tuple(sections), first_line=first, last_line=last)
 
 
-def test_chunk_label_groups_siblings_and_stays_bounded():
+def test_chunk_label_says_where_the_chunk_starts_and_stays_bounded():
+    """The path of the section the chunk starts in; the headings it goes on into are in its text."""
     c = fake_chunk([("fs", "Promises API", "read()"), ("fs", "Promises API", "write()"),
                     ("fs", "Callback API")])
-    assert chunk_label(c, 12) == ("Chunk 3 of 12 (sections: fs › Promises API › read() · write(); "
-                                  "fs › Callback API)")
+    assert chunk_label(c, 12) == "Chunk 3 of 12 (in: fs › Promises API › read())"
     assert chunk_label(fake_chunk([], first=10, last=42), 12) == "Chunk 3 of 12 (lines 10–42)"
     assert chunk_label(fake_chunk([()]), 5) == "Chunk 3 of 5"
-    many = [("Book", f"Chapter {i} " + "é" * 30) for i in range(200)]
-    label = chunk_label(fake_chunk(many), 999)
-    assert _utf8(label) <= LABEL_MAX_BYTES and label.endswith("more)")
+    assert chunk_label(fake_chunk([(), ("Intro",)]), 5) == "Chunk 3 of 5 (in: Intro)"
+    assert chunk_label(fake_chunk([("A", "B")]), 5, pages=(4, 5)) == "Chunk 3 of 5 (pages 4–5) (in: A › B)"
+    deep = tuple(f"Chapter {i} " + "é" * 30 for i in range(20))
+    label = chunk_label(fake_chunk([deep]), 999)
+    assert _utf8(label) <= LABEL_MAX_BYTES and label.endswith(deep[-1] + ")") and "(in: …" in label
     huge = [("x" * 2000,)]
     assert _utf8(chunk_label(fake_chunk(huge), 999)) <= LABEL_MAX_BYTES
 

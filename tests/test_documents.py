@@ -261,6 +261,6 @@ def test_a_word_analysis_labels_each_map_prompt_with_its_heading_path(docs_live,
     doc.save(str(workspace / "handbook.docx"))
     name = live.open_session()
     card, job, maps = run_analysis(live, scripted, name, "Summarise handbook.docx")
-    assert len(maps) > 1 and all("(sections: Handbook › Part " in m for m in maps)
+    assert len(maps) > 1 and all("(in: Handbook › Part " in m for m in maps)
     sent = "".join(maps)
     assert all(f"TOKEN{part:02d}{k}" in sent for part in range(12) for k in range(6))

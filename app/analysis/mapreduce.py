@@ -81,7 +81,7 @@ def map_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: int | 
     instruction allows a short answer, a length limit after the text, where a small model
     still sees it)::
 
-        <task>\\n\\n---\\nChunk i of N (sections: ...):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
+        <task>\\n\\n---\\nChunk i of N (in: A › B):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
     """
     label = chunking.chunk_label(chunk, total, pages=pages)
     body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
@@ -101,8 +101,8 @@ def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = 
 
 def map_messages(task: str, chunk, total: int, reply_words: int | None = None,
                  pages: tuple[int, int] | None = None, structured: bool = False) -> list[dict]:
-    """One map request: seed 000's prompt with the chunk's label (sections, lines or pages) and,
-    when the instruction allows a short answer, the word limit (``map_prompt``).
+    """One map request: seed 000's prompt with the chunk's label (where it starts: its section,
+    lines or pages) and, when the instruction allows a short answer, the word limit (``map_prompt``).
     ``structured``: the system line tells the JSON shape (the request sends ``MAP_SCHEMA``)."""
     prompt = map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)
     system = MAP_JSON_SYSTEM if structured else MAP_SYSTEM

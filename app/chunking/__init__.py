@@ -48,8 +48,8 @@ Algorithm
    heading starts a new chunk.  Analysis (seed 000, issue 14): the heading ends
    the open chunk only when it holds ``fill`` of the room (0.75) *and* the next
    section does not fit in what is left.  ``Chunk.sections`` lists the heading
-   path of every section a chunk holds (``chunk_label`` puts them in the map
-   prompt).  A heading stays with the first unit of its section unless the two
+   path of every section a chunk holds (``chunk_label`` puts the first, where
+   it starts, in the map prompt).  A heading stays with the first unit of its section unless the two
    together are larger than a chunk.
 6. **Tables.**  A table that does not fit becomes row groups; each group
    repeats the header row, the first starts with the caption.  Retrieval: a
@@ -93,7 +93,7 @@ from .document import (ANALYSIS_FILL, ANALYSIS_OVERLAP_SHARE, CHUNKER_NAME, CHUN
                        boundary_for_kind, estimate_tokens, kind_for_path, make_document, measure, read_document,
                        retrieval_settings, source_of, with_counter, with_settings)
 from .htmltext import html_to_text
-from .labels import LABEL_MAX_BYTES, PATH_SEP, SIBLING_SEP, chunk_label
+from .labels import LABEL_MAX_BYTES, PATH_SEP, chunk_label
 from .units import _units  # noqa: F401  (the block scanner; its tests reach it here)
 
 __all__ = [
@@ -108,5 +108,5 @@ __all__ = [
     "PURPOSES", "ANALYSIS_FILL", "RETRIEVAL_SIZE_TOKENS", "retrieval_settings", "LABEL_MAX_BYTES", "chunk_label",
     # the packer's shares and the file kinds' extensions (tests and benches read them)
     "OVERLAP_SHARE", "ANALYSIS_OVERLAP_SHARE", "HEADING_SHARE", "MIN_BUDGET_BYTES", "SAMPLE_BYTES",
-    "MARKDOWN_EXTENSIONS", "HTML_EXTENSIONS", "PROSE_EXTENSIONS", "SOURCE_EXTENSIONS", "PATH_SEP", "SIBLING_SEP",
+    "MARKDOWN_EXTENSIONS", "HTML_EXTENSIONS", "PROSE_EXTENSIONS", "SOURCE_EXTENSIONS", "PATH_SEP",
 ]

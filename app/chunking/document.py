@@ -94,7 +94,7 @@ class ChunkSettings:
       chunks fill the room.  A heading ends the open chunk only once it holds ``fill``
       of the room (default 0.75, seed 000's "about 75%"); otherwise the section carries
       on in the same chunk, its heading line inside the text, and ``Chunk.sections``
-      lists the heading path of every section the chunk holds (``chunk_label``).
+      lists the heading path of every section the chunk holds.
       Tables may share a chunk with text; a table that does not fit is cut between
       rows, every part repeating the header.
     * ``"retrieval"`` (seed 002): section-first.  A heading ends the open chunk once it
