@@ -88,13 +88,14 @@ def test_the_bundled_model_is_counted_with_its_own_tokenizer(tmp_path, demo_mode
 
 
 def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live, monkeypatch):
-    # A message waits for its counter as long as it takes here: on a machine this busy, loading it
-    # may take longer than the app's bound, after which the message is estimated (that bound has
-    # its own test, tests/test_counter_wait.py); here each request must be counted.
+    # The restarted app's message waits for its counter as long as it takes here: on a busy machine
+    # loading it may take longer than the app's bound, after which the message is estimated (that
+    # bound has its own test, tests/test_counter_wait.py); here the request must be counted.
     from app.chat import prepare
     monkeypatch.setattr(prepare, "COUNTER_WAIT_S", 120.0)
     config = small_window(real_config(tmp_path, demo_model))
     first = make_live(config)
+    assert first.services.models.counter(MODEL, wait=True) is not None     # built and kept on disk
     name = first.open_session()
     first.post(f"/s/{name}/messages", data={"message": "My cat is called Pixel. Say hello to her."})
     gen = wait_reply(first, name)
@@ -109,7 +110,7 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live, monkeyp
     # The first message after a restart: its counter loads from disk meanwhile, and the message
     # waits for it, so it is counted, never budgeted short (estimated, a 135M model's own 417-token
     # reply was budgeted at least 31 tokens short in CI and the reply cut to 33 tokens).
-    second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"})
+    second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"}, timeout=150)
     gen2 = wait_reply(second, name)
     assert gen2.status == "done"
     assert gen2.usage.prompt_tokens <= sent[-1].estimate, (gen2.usage.prompt_tokens, sent[-1].estimate)
