@@ -31,15 +31,22 @@ def cited_session(live, start: int, end: int, source: str) -> str:
                          analysis=analysis)
 
 
-def peak_of(call) -> tuple[object, int]:
-    """The call's result and the peak bytes Python allocated meanwhile (the app runs in this process)."""
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        result = call()
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+def peak_of(call, times: int = 3) -> tuple[object, int]:
+    """The call's result and the peak bytes Python allocated meanwhile (the app runs in this process),
+    the least of ``times`` calls: tracemalloc counts every thread of the process (this test worker's
+    other apps and servers too), and once, in a fresh-clone CI run, something else added 6.7 MB to
+    the one call measured (8.5 MB where it takes 1.8 MB).
+    A call that reads the whole file peaks above the bound every time."""
+    peaks = []
+    for _ in range(times):
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            result = call()
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    return result, min(peaks)
 
 
 def test_a_citation_of_a_large_log_keeps_only_its_passage(live):
