@@ -50,10 +50,12 @@ def estimate_tokens(text: str, bytes_per_token: float = 4.0) -> int:
     return math.ceil(len(text.encode("utf-8")) / bytes_per_token) if text else 0
 
 
-def estimate_messages(messages: list[dict], bytes_per_token: float) -> int:
-    """Tokens of a chat request's messages, template overhead included."""
-    return sum(estimate_tokens(m.get("content") or "", bytes_per_token) + MESSAGE_OVERHEAD_TOKENS
-               for m in messages)
+def estimate_messages(messages: list[dict], bytes_per_token: float, recorded: dict[str, int] | None = None) -> int:
+    """Tokens of a chat request's messages, template overhead included; a text in ``recorded`` (the
+    count its server gave, ``Budget.recorded``) is taken at no less than that count."""
+    recorded = recorded or {}
+    return sum(max(estimate_tokens(text, bytes_per_token), recorded.get(text, 0)) + MESSAGE_OVERHEAD_TOKENS
+               for text in (m.get("content") or "" for m in messages))
 
 
 def count_messages(messages: list[dict], counter, template: tuple[int, int]) -> int:
@@ -148,11 +150,7 @@ class Budget:
         """Tokens of ``messages`` with the template's per-message cost (counted or estimated)."""
         if self.counter is not None:
             return count_messages(messages, self.counter, self.template)
-        estimated = estimate_messages(messages, self.bytes_per_token)
-        if not self.recorded:
-            return estimated
-        return estimated + sum(max(0, self.recorded.get(m.get("content") or "", 0)
-                                   - estimate_tokens(m.get("content") or "", self.bytes_per_token)) for m in messages)
+        return estimate_messages(messages, self.bytes_per_token, self.recorded)
 
 
 def new_budget(config: Config, model: str, trained: int | None, bytes_per_token: float,
