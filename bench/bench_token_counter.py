@@ -90,7 +90,7 @@ def child(model: str, show_json: Path, cache: Path) -> dict:
             size = len(text.encode()) / 1e6
             out["before_count_rss_mb"] = round(_rss_mb(), 1)
             wall, cpu = time.perf_counter(), time.process_time()
-            whole = counter.count(text)         # in pieces of 16 KB (Counter.count)
+            whole = counter.count(text)
             out["count_mb_s"] = round(size / (time.perf_counter() - wall), 2)
             out["count_mb_cpu_s"] = round(size / (time.process_time() - cpu), 2)
             out["corpus_mb"] = round(size, 1)

@@ -128,9 +128,8 @@ class TokenCounters:
         key = self._key(model)
         path = self._path(key)
         if path is not None:
-            if path.exists():
-                counter = Counter.loads(path.read_text(encoding="utf-8"))
-                _release(counter)
+            counter = self._cached(path)
+            if counter is not None:
                 return counter, None
             refused = path.with_suffix(".none")
             if refused.exists():
@@ -148,12 +147,24 @@ class TokenCounters:
         log.info("exact token counter for %s ready (%s)", model, counter.name)
         return counter, None
 
+    @staticmethod
+    def _cached(path: Path) -> Counter | None:
+        """The counter kept at ``path``; None when there is none, or it is damaged or of an
+        earlier format (then it is built again and the file replaced)."""
+        try:
+            counter = Counter.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, UnicodeDecodeError, Unbuildable) as exc:
+            log.warning("the kept vocabulary %s cannot be read (%s): fetching it again", path, exc)
+            return None
+        _release(counter)
+        return counter
+
     def _path(self, key: str | None) -> Path | None:
         if not key or self.cache_dir is None:
             return None
         return self.cache_dir / f"{_SAFE.sub('_', key)}.json"
-
-
 
     @staticmethod
     def _save(path: Path, text: str) -> None:

@@ -9,11 +9,13 @@ way llama.cpp does (``src/llama-vocab.cpp``, which Ollama runs):
   llama.cpp uses for the ``tokenizer.ggml.pre`` name, applied one after the other (each splits
   the pieces of the one before, keeping the text between matches), then mapped to GPT-2's byte
   alphabet and merged by ``tokenizer.ggml.merges`` (``ignore_merges`` where llama.cpp sets it).
-- ``llama``: SentencePiece as llama.cpp runs it (Gemma, Llama 2, Mistral 7B, Phi-3): spaces become
+- ``llama``: SentencePiece as llama.cpp runs it (Gemma, Llama 2, Mistral 7B): spaces become
   "▁" (and one is put in front of each piece of text when ``add_space_prefix``), then adjacent
   symbols whose concatenation is a token are merged, highest ``score`` first, and a character
-  that is no token is written as its UTF-8 byte tokens (``<0xNN>``). That is BPE whose merges are
-  ranked by the merged token's score, with byte fallback, which is how it is built here.
+  that is no token is written as its UTF-8 byte tokens (``<0xNN>``).  ``spm.SentencePiece`` runs
+  that in Python from the tokens and their scores: as ``tokenizers`` BPE it needs every way to
+  write each token as two tokens as a merge (Gemma: 514,847), 74 MB against 45 MB
+  (bench/RESULTS.md).
 - Control, unknown and user-defined tokens (``token_type`` 3, 2, 4) are split out of the raw text
   first and count as one token each, as llama.cpp's ``tokenizer_st_partition`` does with
   ``parse_special`` on. That is what a server does with a prompt: Ollama renders the template and
@@ -133,9 +135,9 @@ def label(info: dict) -> str:
 
 
 def build(info: dict):
-    """A ``tokenizers.Tokenizer`` that counts as llama.cpp does, from the GGUF tokenizer keys in
-    ``info`` (``model_info`` of ``/api/show`` verbose).  Raises ``Unbuildable`` with the reason
-    when it cannot be exact."""
+    """What counts as llama.cpp does (``count``, ``starts``, ``ids``), from the GGUF tokenizer keys in
+    ``info`` (``model_info`` of ``/api/show`` verbose): ``HuggingFaceBPE`` or ``spm.SentencePiece``.
+    Raises ``Unbuildable`` with the reason when it cannot be exact."""
     model = _key(info, "model")
     tokens = _key(info, "tokens") or []
     if not model:
@@ -151,7 +153,9 @@ def build(info: dict):
         if pre not in PRE_REGEX:
             raise Unbuildable(f"its pre-tokenizer {pre!r} is not one the app can reproduce")
         tokenizer = _byte_level_bpe(tokens, _key(info, "merges") or [], PRE_REGEX[pre])
-    elif model == "llama":
+        _add_specials(tokenizer, tokens, types)
+        return HuggingFaceBPE(tokenizer, _segmentable(info))
+    if model == "llama":
         name = str(info.get("general.name") or "").lower()
         if "phi-3" in name or "phi3" in name:
             # llama.cpp gives Phi-3's special tokens "rstrip" by the model's name: not reproduced here
@@ -159,11 +163,10 @@ def build(info: dict):
         scores = _key(info, "scores")
         if not scores or len(scores) < len(tokens):
             raise Unbuildable("a SentencePiece vocabulary without tokenizer.ggml.scores")
-        tokenizer = _sentencepiece(tokens, scores, types, bool(_key(info, "add_space_prefix", True)))
-    else:
-        raise Unbuildable(f"its tokenizer model {model!r} (not byte-level BPE or SentencePiece) is not built here")
-    _add_specials(tokenizer, tokens, types)
-    return tokenizer
+        from .spm import SentencePiece
+
+        return SentencePiece(tokens, scores, types, bool(_key(info, "add_space_prefix", True)), SPECIAL_TYPES)
+    raise Unbuildable(f"its tokenizer model {model!r} (not byte-level BPE or SentencePiece) is not built here")
 
 
 def _byte_level_bpe(tokens: list[str], merges: list[str], pre: PreTokenizer):
@@ -180,32 +183,6 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], pre: PreTokenizer):
     splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [*splits, pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    return tokenizer
-
-
-def _sentencepiece(tokens: list[str], scores: list[float], types: list[int], add_space_prefix: bool):
-    """llama.cpp's SPM tokenizer as BPE: every way to write a token as two tokens is a merge,
-    ranked by the merged token's score (highest first, as llama.cpp's work queue pops them)."""
-    from tokenizers import Tokenizer, models, normalizers
-
-    vocab = {t: i for i, t in enumerate(tokens)}
-    ranked = []
-    for i, token in enumerate(tokens):
-        if len(token) < 2:
-            continue
-        for cut in range(1, len(token)):
-            left, right = token[:cut], token[cut:]
-            if left in vocab and right in vocab:
-                ranked.append((-float(scores[i]), i, left, right))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    pairs = [(left, right) for _, _, left, right in ranked]
-    unk = next((t for t, ty in zip(tokens, types) if ty == 2), None)
-    bpe = models.BPE(vocab, pairs, unk_token=unk, fuse_unk=False, byte_fallback=True)
-    tokenizer = Tokenizer(bpe)
-    steps = [normalizers.Replace(" ", "▁")]
-    if add_space_prefix:
-        steps.insert(0, normalizers.Prepend("▁"))
-    tokenizer.normalizer = normalizers.Sequence(steps)
     return tokenizer
 
 
@@ -227,34 +204,19 @@ SEGMENT_CHARS = 16_384      # a longer text is counted in pieces (bounded memory
 _CUT = re.compile(r"(?<=\S)\n(?=[^\W_])")
 
 
-class Counter:
-    """One model's exact token counter (thread-safe: ``tokenizers`` encodes without the GIL).
+class HuggingFaceBPE:
+    """A byte-level BPE vocabulary counted by Hugging Face's ``tokenizers`` (thread-safe: it encodes
+    without the GIL).
 
     ``segmentable``: a long text may be counted as pieces cut after a lone newline that a letter
     or digit follows, because no piece of the model's split spans such a place (every verified
-    pre-tokenizer ends a newline run there and starts a word; a SentencePiece vocabulary without
-    ``add_space_prefix`` has the newline as a token of its own); the sum is the whole's count.
-    Without it (a SentencePiece vocabulary that puts "▁" in front of every piece of text) the text
-    is counted whole."""
+    pre-tokenizer ends a newline run there and starts a word); the sum is the whole's count."""
 
-    exact = True
-
-    def __init__(self, tokenizer, name: str = "", segmentable: bool = False, family: str = "",
-                 info: dict | None = None):
+    def __init__(self, tokenizer, segmentable: bool):
         self._tokenizer = tokenizer
-        self.name = name                    # what counts, in words (``label``): the job and the card say it
-        self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
         self.segmentable = segmentable
-        self._info = info                   # the GGUF keys it was built from, until ``release`` (the disk cache)
-
-    def release(self) -> None:
-        """Drop the vocabulary's keys once the disk cache has them (or cannot): only the tokenizer stays."""
-        self._info = None
 
     def count(self, text: str) -> int:
-        """Tokens in ``text`` as the model's server counts it inside a prompt (specials parsed)."""
-        if not text:
-            return 0
         if len(text) <= SEGMENT_CHARS or not self.segmentable:
             return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
         # one piece at a time in this thread: encode_batch would start a thread pool, each thread
@@ -266,31 +228,57 @@ class Counter:
         return total
 
     def starts(self, text: str):
-        """Where each token of ``text`` starts (character offsets, ascending, an ``array('i')``:
-        4 bytes a token), for a chunker that packs by the model's tokens: the tokens of
-        ``text[a:b]`` are about those that start in [a, b).  Tokenized in pieces as ``count``
-        does (for a vocabulary that is not ``segmentable`` too: bounded memory matters more
-        there than the token that a piece's "▁" adds; the chunker checks each chunk's own count)."""
         from array import array
 
-        out = array("i")
-        if not text:
-            return out
-        encode, base = self._tokenizer.encode, 0
+        out, encode, base, last = array("i"), self._tokenizer.encode, 0, -1
         for piece in (_segments(text) if len(text) > SEGMENT_CHARS else [text]):
-            last = -1
             for start, _ in encode(piece, add_special_tokens=False).offsets:
-                start = max(last, start + base)     # (a prepended "▁" maps to its piece's start)
-                out.append(start)
-                last = start
+                last = max(last, start + base)      # (tokens of one character share its offset)
+                out.append(last)
             base += len(piece)
         if len(text) > TRIM_AFTER_CHARS:
             trim_heap()
         return out
 
     def ids(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+
+class Counter:
+    """One model's exact token counter: what counts (``HuggingFaceBPE`` or ``spm.SentencePiece``),
+    what it is called, and the vocabulary's keys until the disk cache has them.
+
+    ``segmentable``: ``count`` gives the number of ``starts`` (the same pieces), so a chunker's
+    token starts are the text's count (``analysis.plan``)."""
+
+    exact = True
+
+    def __init__(self, tokenizer, name: str = "", family: str = "", info: dict | None = None):
+        self._tokenizer = tokenizer
+        self.name = name                    # what counts, in words (``label``): the job and the card say it
+        self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
+        self.segmentable = getattr(tokenizer, "segmentable", True)
+        self._info = info                   # the GGUF keys it was built from, until ``release`` (the disk cache)
+
+    def release(self) -> None:
+        """Drop the vocabulary's keys once the disk cache has them (or cannot): only the tokenizer stays."""
+        self._info = None
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` as the model's server counts it inside a prompt (specials parsed)."""
+        return self._tokenizer.count(text) if text else 0
+
+    def starts(self, text: str):
+        """Where each token of ``text`` starts (character offsets, ascending, an ``array('i')``:
+        4 bytes a token), for a chunker that packs by the model's tokens: the tokens of
+        ``text[a:b]`` are about those that start in [a, b)."""
+        from array import array
+
+        return self._tokenizer.starts(text) if text else array("i")
+
+    def ids(self, text: str) -> list[int]:
         """The token ids themselves (the tests compare them with llama.cpp's)."""
-        return self._tokenizer.encode(text, add_special_tokens=False).ids if text else []
+        return self._tokenizer.ids(text) if text else []
 
     def dumps(self) -> str:
         """The counter for the disk cache: a header line, then the GGUF keys it was built from
@@ -298,23 +286,19 @@ class Counter:
         ``Tokenizer.from_str``, stays ~21 MB larger for a 262k-token vocabulary, bench/RESULTS.md)."""
         if self._info is None:
             raise ValueError("this counter was not built from a vocabulary (nothing to keep on disk)")
-        header = json.dumps({"name": self.name, "segmentable": self.segmentable, "family": self.family,
-                             "format": "gguf-keys"})
+        header = json.dumps({"name": self.name, "family": self.family, "format": "gguf-keys"})
         return f"{header}\n{json.dumps(self._info, ensure_ascii=False, separators=(',', ':'))}"
 
     @classmethod
     def loads(cls, data: str) -> "Counter":
-        """What ``dumps`` wrote (and the tokenizer JSON an earlier version kept)."""
+        """What ``dumps`` wrote; raises ValueError for anything else (an earlier version's tokenizer
+        JSON: the caller builds the counter again)."""
         header, _, body = data.partition("\n")
-        meta = json.loads(header)
-        if meta.get("format") == "gguf-keys":
-            info = json.loads(body)
-            del body, data
-            return counter_from_info(info, meta.get("name", ""))
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_str(body), meta.get("name", ""), bool(meta.get("segmentable")),
-                   meta.get("family", ""))
+        if json.loads(header).get("format") != "gguf-keys":
+            raise ValueError("not a cached vocabulary (an earlier version's format)")
+        info = json.loads(body)
+        del body, data
+        return counter_from_info(info, json.loads(header).get("name", ""))
 
 
 TRIM_AFTER_CHARS = 2**20     # after counting a longer text, the C heap's free pages go back (``trim_heap``)
@@ -362,5 +346,5 @@ CACHED_KEYS = ("general.name", *(KEY + k for k in ("model", "pre", "tokens", "to
 def counter_from_info(info: dict, name: str = "") -> Counter:
     """``Counter`` built from ``model_info``; raises ``Unbuildable``.  It keeps the keys it was built
     from for ``dumps`` until ``release``."""
-    return Counter(build(info), name or label(info), _segmentable(info), describe(info),
+    return Counter(build(info), name or label(info), describe(info),
                    info={k: info[k] for k in CACHED_KEYS if k in info})

@@ -1,0 +1,95 @@
+"""The SentencePiece counter's own rules (app/modelserver/spm.py): cutting a text into words changes
+no token, the special tokens come out whole, and the word cache stays bounded.  Its counts against
+llama.cpp itself are tests/test_token_counter.py's (Gemma 3's 262k tokens, with and without the
+space prefix)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.modelserver import spm
+from app.modelserver.spm import SentencePiece
+from app.modelserver.tokens import SPECIAL_TYPES
+
+# A toy vocabulary: byte tokens, characters, merges of different scores, a token that holds a "▁"
+# after ">" (so ">" joins the "▁" after it), runs of "▁", and two specials that overlap.
+_TOKENS = ([f"<0x{b:02X}>" for b in range(256)]
+           + ["a", "b", "c", ">", "▁", "ab", "bc", "abc", "▁a", "▁ab", "▁▁", "▁▁▁", ">▁", ">▁a", "ca", "cab",
+              "<s>", "<tag>"])
+_SCORES = [0.0] * 256 + [-float(i) for i in range(len(_TOKENS) - 256)]
+_TYPES = [6] * 256 + [1] * (len(_TOKENS) - 258) + [3, 4]
+
+
+def _toy(space_prefix: bool = False) -> SentencePiece:
+    return SentencePiece(_TOKENS, _SCORES, _TYPES, space_prefix, SPECIAL_TYPES)
+
+
+def _whole(counter: SentencePiece) -> SentencePiece:
+    """The same counter without cuts: each piece of text merged whole, as llama.cpp does."""
+    counter._words_in = None
+    counter._words = {}
+    return counter
+
+
+def test_a_joiner_keeps_its_space():
+    """">" joins the "▁" after it (the vocabulary has ">▁"): no cut there; elsewhere a cut before "▁"."""
+    counter = _toy()
+    assert counter._words_of("ab▁a>▁ab▁▁c") == ["ab", "▁a>▁ab", "▁▁c"]
+
+
+@pytest.mark.parametrize("space_prefix", [False, True])
+def test_words_give_the_whole_texts_tokens(space_prefix):
+    rng = random.Random(30)
+    cut, whole = _toy(space_prefix), _whole(_toy(space_prefix))
+    alphabet = ["a", "b", "c", ">", " ", " ", "<s>", "<tag>", "x", "日", "\n"]
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+        assert cut.ids(text) == whole.ids(text), text
+        assert cut.count(text) == len(cut.ids(text)) == len(cut.starts(text))
+
+
+def test_merges_take_the_highest_score_first_and_bytes_for_the_rest():
+    counter = _toy()
+    ids = {t: i for i, t in enumerate(_TOKENS)}
+    assert counter.ids("abc") == [ids["abc"]]             # "ab" (-5) before "bc" (-6), then "abc" (-7)
+    assert counter.ids("cab") == [ids["cab"]]
+    assert counter.ids("x") == [ids["<0x78>"]]             # no token: its byte
+    assert counter.ids("日") == [ids["<0xE6>"], ids["<0x97>"], ids["<0xA5>"]]
+    assert list(counter.starts("a日")) == [0, 1, 1, 1]     # a character's bytes start where it does
+
+
+def test_specials_are_whole_and_the_space_prefix_follows_them():
+    counter = _toy(space_prefix=True)
+    ids = {t: i for i, t in enumerate(_TOKENS)}
+    assert counter.ids("a<s>a") == [ids["▁a"], ids["<s>"], ids["▁a"]]
+    assert list(counter.starts("a<s>a")) == [0, 1, 4]
+    assert counter.ids("<tag>") == [ids["<tag>"]]
+
+
+def test_the_word_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(spm, "WORD_CACHE", 50)
+    counter = _toy()
+    for i in range(500):
+        counter.count(" ".join(format(i * 7 + j, "b").replace("0", "a").replace("1", "c") for j in range(5)))
+        assert len(counter._words) <= 50
+
+
+@pytest.mark.slow
+def test_gemmas_words_give_the_whole_texts_tokens():
+    """On Gemma 3's own vocabulary: cutting into words is the text merged whole, every kind of text."""
+    from token_texts import texts
+    from vocab import gemma_gguf, model_info
+
+    info = model_info(gemma_gguf())
+    key = "tokenizer.ggml."
+
+    def make():
+        return SentencePiece(info[key + "tokens"], info[key + "scores"], info[key + "token_type"], False,
+                             SPECIAL_TYPES)
+
+    cut, whole = make(), _whole(make())
+    for kind, text in texts()[::2]:
+        if len(text) <= 4000:           # merged whole in Python a long text takes a while
+            assert cut.ids(text) == whole.ids(text), kind
