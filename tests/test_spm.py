@@ -17,9 +17,9 @@ from app.modelserver.tokens import SPECIAL_TYPES
 # after ">" (so ">" joins the "▁" after it), runs of "▁", and two specials that overlap.
 _TOKENS = ([f"<0x{b:02X}>" for b in range(256)]
            + ["a", "b", "c", ">", "▁", "ab", "bc", "abc", "▁a", "▁ab", "▁▁", "▁▁▁", ">▁", ">▁a", "ca", "cab",
-              "<s>", "<tag>"])
+              "<s>", "<tag>", "\nbb"])
 _SCORES = [0.0] * 256 + [-float(i) for i in range(len(_TOKENS) - 256)]
-_TYPES = [6] * 256 + [1] * (len(_TOKENS) - 258) + [3, 4]
+_TYPES = [6] * 256 + [1] * (len(_TOKENS) - 259) + [3, 4, 4]
 
 
 def _toy(space_prefix: bool = False) -> SentencePiece:
@@ -66,6 +66,23 @@ def test_specials_are_whole_and_the_space_prefix_follows_them():
     assert counter.ids("a<s>a") == [ids["▁a"], ids["<s>"], ids["▁a"]]
     assert list(counter.starts("a<s>a")) == [0, 1, 4]
     assert counter.ids("<tag>") == [ids["<tag>"]]
+
+
+def test_a_long_text_is_matched_in_pieces_with_the_same_tokens(monkeypatch):
+    """Specials are matched in pieces cut after a newline, never between a newline and what a
+    special holds after it ("\nbb"): the same ids, starts and count as matched whole."""
+    rng = random.Random(35)
+    whole = _toy()
+    monkeypatch.setattr(spm, "PIECE_CHARS", 3)
+    pieces = _toy()
+    alphabet = ["a", "b", " ", "\n", "\nbb", "<s>", "<tag>", ">"]
+    for _ in range(500):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        monkeypatch.setattr(spm, "PIECE_CHARS", 10**9)
+        expected = (whole.ids(text), list(whole.starts(text)))
+        monkeypatch.setattr(spm, "PIECE_CHARS", 3)
+        assert (pieces.ids(text), list(pieces.starts(text))) == expected, text
+        assert pieces.count(text) == len(expected[0])
 
 
 def test_the_word_cache_is_bounded(monkeypatch):

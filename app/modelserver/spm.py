@@ -18,7 +18,7 @@ Here step 3 runs on one word at a time: the text is cut before each "▁" that n
 vocabulary joins to the character before it (for Gemma, each "▁" that does not follow another "▁"
 or a ">"), so no merge can cross a cut and the words' tokens are the whole text's.  Words repeat,
 so each word's tokens are kept in a bounded cache.  A vocabulary is a dict of its token strings and
-an array of scores: 262,144 tokens take about 35 MB.
+an array of scores: Gemma's 262,144 tokens add about 50 MB to the app (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from array import array
 
 SPACE = "▁"
 JOINERS_MAX = 512         # more characters that a token joins to a following "▁": the text is not cut
-WORD_CACHE = 65_536       # words kept with their tokens (~6 MB); the cache is emptied when it is full
+WORD_CACHE = 65_536       # words kept with their tokens (~10 MB); the cache is emptied when it is full
+PIECE_CHARS = 65_536      # a longer text is matched for special tokens in pieces (``_partition``)
 _ONE = (0,)               # the tokens of a word that is one token (most are): one tuple for all
 
 
@@ -46,6 +47,8 @@ class SentencePiece:
         specials = sorted({t for t, ty in zip(tokens, types) if ty in special_types and t})
         self._splitter = _special_splitter(specials) if specials else None
         self._special_of = {self._splitter.token_to_id(t): t for t in specials} if specials else {}
+        # characters a special token has right after a newline: no cut between the two (``_piece_end``)
+        self._after_newline = {t[i + 1] for t in specials for i in range(len(t) - 1) if t[i] == "\n"}
         self._words_in = _word_pattern(tokens)
         self._words: dict[str, tuple[int, ...]] = {}
 
@@ -115,12 +118,38 @@ class SentencePiece:
         """The text cut into special tokens and the text between them: (start, end, the special
         or None).  Hugging Face's added-token matcher finds them (Aho-Corasick in Rust, as the
         counter always did; tests/test_token_counter.py checks it against llama.cpp's
-        ``tokenizer_st_partition`` on special-looking texts); the rest is one piece between them."""
+        ``tokenizer_st_partition`` on special-looking texts); the rest is one piece between them.
+        A long text is matched in pieces of about ``PIECE_CHARS`` (the matcher keeps ~16 bytes a
+        character while it works), cut after a newline that no special joins to the next
+        character, and the text on both sides of a cut is one piece again."""
         if self._splitter is None or not text:
             return [(0, len(text), None)] if text else []
-        encoding = self._splitter.encode(text, add_special_tokens=False)
-        return [(start, end, None if token == 0 else self._special_of[token])
-                for token, (start, end) in zip(encoding.ids, encoding.offsets)]
+        parts: list[tuple[int, int, str | None]] = []
+        start = 0
+        while start < len(text):
+            end = self._piece_end(text, start)
+            encoding = self._splitter.encode(text[start:end], add_special_tokens=False)
+            for token, (a, b) in zip(encoding.ids, encoding.offsets):
+                special = None if token == 0 else self._special_of[token]
+                if special is None and parts and parts[-1][2] is None and parts[-1][1] == start + a:
+                    parts[-1] = (parts[-1][0], start + b, None)
+                else:
+                    parts.append((start + a, start + b, special))
+            start = end
+        return parts
+
+    def _piece_end(self, text: str, start: int) -> int:
+        """Where the piece of ``text`` from ``start`` ends: after the first newline past
+        ``PIECE_CHARS`` that no special token holds together with the character after it."""
+        at = start + PIECE_CHARS
+        while at < len(text):
+            at = text.find("\n", at)
+            if at < 0 or at + 1 >= len(text):
+                break
+            if text[at + 1] not in self._after_newline:
+                return at + 1
+            at += 1
+        return len(text)
 
     # -- step 3, a word at a time ---------------------------------------------------------------
 
