@@ -69,8 +69,8 @@ def test_specials_are_whole_and_the_space_prefix_follows_them():
 
 
 def test_a_long_text_is_matched_in_pieces_with_the_same_tokens(monkeypatch):
-    """Specials are matched in pieces cut after a newline, never between a newline and what a
-    special holds after it ("\nbb"): the same ids, starts and count as matched whole."""
+    """Specials are matched in pieces, never cut between two characters a special holds side by
+    side ("\nbb", "<s>"): the same ids, starts and count as matched whole."""
     rng = random.Random(35)
     whole = _toy()
     monkeypatch.setattr(spm, "PIECE_CHARS", 3)
@@ -83,6 +83,24 @@ def test_a_long_text_is_matched_in_pieces_with_the_same_tokens(monkeypatch):
         monkeypatch.setattr(spm, "PIECE_CHARS", 3)
         assert (pieces.ids(text), list(pieces.starts(text))) == expected, text
         assert pieces.count(text) == len(expected[0])
+
+
+def test_a_long_word_is_merged_in_pieces_and_not_kept(monkeypatch):
+    """A word longer than ``LONG_WORD`` is merged a piece at a time (bounded memory): its count
+    is off by at most one token a piece, and it is not kept in the word cache."""
+    rng = random.Random(36)
+    exact = _toy()
+    monkeypatch.setattr(spm, "LONG_WORD", 7)
+    pieces = _toy()
+    for _ in range(300):
+        word = "".join(rng.choice("abc>") for _ in range(rng.randint(8, 120)))
+        monkeypatch.setattr(spm, "LONG_WORD", 10**9)
+        expected = exact.count(word)
+        monkeypatch.setattr(spm, "LONG_WORD", 7)
+        got = pieces.count(word)
+        assert abs(got - expected) <= len(word) // 7, word
+        assert len(pieces.starts(word)) == got
+    assert all(len(word) <= spm.CACHED_WORD_CHARS for word in pieces._words)
 
 
 def test_the_word_cache_is_bounded(monkeypatch):

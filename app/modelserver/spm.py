@@ -30,6 +30,8 @@ from array import array
 SPACE = "▁"
 JOINERS_MAX = 512         # more characters that a token joins to a following "▁": the text is not cut
 WORD_CACHE = 65_536       # words kept with their tokens (~10 MB); the cache is emptied when it is full
+CACHED_WORD_CHARS = 64    # a longer word is not kept (the cache's size is its count of words)
+LONG_WORD = 65_536        # a longer word is merged in pieces of this many characters (``_symbols``)
 PIECE_CHARS = 65_536      # a longer text is matched for special tokens in pieces (``_partition``)
 _ONE = (0,)               # the tokens of a word that is one token (most are): one tuple for all
 
@@ -41,14 +43,14 @@ class SentencePiece:
     def __init__(self, tokens: list[str], scores, types: list[int], add_space_prefix: bool,
                  special_types: tuple[int, ...]):
         self._ids = {token: i for i, token in enumerate(tokens)}     # llama.cpp: the last of equal texts
-        self._scores = array("d", scores[:len(tokens)])
+        self._rank = _ranks(scores[:len(tokens)])
         self._bytes = {b: self._ids.get(f"<0x{b:02X}>", -1) for b in range(256)}
         self._space_prefix = add_space_prefix
         specials = sorted({t for t, ty in zip(tokens, types) if ty in special_types and t})
         self._splitter = _special_splitter(specials) if specials else None
         self._special_of = {self._splitter.token_to_id(t): t for t in specials} if specials else {}
-        # characters a special token has right after a newline: no cut between the two (``_piece_end``)
-        self._after_newline = {t[i + 1] for t in specials for i in range(len(t) - 1) if t[i] == "\n"}
+        # two characters side by side in a special token: no piece ends between them (``_piece_end``)
+        self._special_pairs = {t[i:i + 2] for t in specials for i in range(len(t) - 1)}
         self._words_in = _word_pattern(tokens)
         self._words: dict[str, tuple[int, ...]] = {}
 
@@ -88,7 +90,7 @@ class SentencePiece:
                 out.append(piece)
                 continue
             for word in self._words_of(piece[0]):
-                for start, size in self._merge(word):
+                for start, size in self._symbols(word):
                     symbol = word[start:start + size]
                     token = self._ids.get(symbol)
                     if token is not None:
@@ -119,9 +121,9 @@ class SentencePiece:
         or None).  Hugging Face's added-token matcher finds them (Aho-Corasick in Rust, as the
         counter always did; tests/test_token_counter.py checks it against llama.cpp's
         ``tokenizer_st_partition`` on special-looking texts); the rest is one piece between them.
-        A long text is matched in pieces of about ``PIECE_CHARS`` (the matcher keeps ~16 bytes a
-        character while it works), cut after a newline that no special joins to the next
-        character, and the text on both sides of a cut is one piece again."""
+        A long text is matched in pieces of about ``PIECE_CHARS`` (the matcher keeps ~64 bytes a
+        character while it works), cut where no special can span, and the text on both sides
+        of a cut is one piece again."""
         if self._splitter is None or not text:
             return [(0, len(text), None)] if text else []
         parts: list[tuple[int, int, str | None]] = []
@@ -139,16 +141,12 @@ class SentencePiece:
         return parts
 
     def _piece_end(self, text: str, start: int) -> int:
-        """Where the piece of ``text`` from ``start`` ends: after the first newline past
-        ``PIECE_CHARS`` that no special token holds together with the character after it."""
-        at = start + PIECE_CHARS
-        while at < len(text):
-            at = text.find("\n", at)
-            if at < 0 or at + 1 >= len(text):
-                break
-            if text[at + 1] not in self._after_newline:
-                return at + 1
-            at += 1
+        """Where the piece of ``text`` from ``start`` ends: at the first place past ``PIECE_CHARS``
+        between two characters that are side by side in no special token (so none spans it)."""
+        pairs = self._special_pairs
+        for at in range(start + PIECE_CHARS, len(text)):
+            if text[at - 1:at + 1] not in pairs:
+                return at
         return len(text)
 
     # -- step 3, a word at a time ---------------------------------------------------------------
@@ -162,41 +160,61 @@ class SentencePiece:
             words.pop()                 # findall's empty match at the end
         return words
 
-    def _starts_of(self, word: str) -> tuple[int, ...]:
-        """Where each of ``word``'s tokens starts in it (cached)."""
+    def _starts_of(self, word: str):
+        """Where each of ``word``'s tokens starts in it: a tuple, kept in the cache when the word
+        is short; an ``array('i')`` (4 bytes a token) for a long one."""
         starts = self._words.get(word)
-        if starts is None:
-            starts = []
-            for start, size in self._merge(word):
-                symbol = word[start:start + size]
-                if size > 1 or symbol in self._ids:
-                    starts.append(start)
-                else:
-                    starts.extend([start] * len(symbol.encode("utf-8")))
-            starts = _ONE if starts == [0] else tuple(starts)
-            if len(self._words) >= WORD_CACHE:
-                self._words = {}
-            self._words[word] = starts
+        if starts is not None:
+            return starts
+        out, ids = array("i"), self._ids
+        for start, size in self._symbols(word):
+            if size > 1 or word[start] in ids:
+                out.append(start)
+            else:                               # no token: its UTF-8 bytes are
+                out.extend([start] * len(word[start].encode("utf-8")))
+        if len(word) > CACHED_WORD_CHARS:
+            return out
+        starts = _ONE if len(out) == 1 else tuple(out)
+        if len(self._words) >= WORD_CACHE:
+            self._words = {}
+        self._words[word] = starts
         return starts
+
+    def _symbols(self, word: str):
+        """The word's final symbols (``_merge``).  A word longer than ``LONG_WORD`` (a data URI's
+        base64, a minified line without a space) is merged ``LONG_WORD`` characters at a time:
+        memory stays bounded (~90 bytes a character of one piece while merging), and its count
+        may be a little above llama.cpp's where a piece ends (bench/RESULTS.md: 3 tokens more
+        in a megabyte of base64)."""
+        if len(word) <= LONG_WORD:
+            yield from self._merge(word)
+            return
+        for at in range(0, len(word), LONG_WORD):
+            for start, size in self._merge(word[at:at + LONG_WORD]):
+                yield at + start, size
 
     def _merge(self, word: str) -> list[tuple[int, int]]:
         """llama.cpp's merging of one word: its final symbols as (start, length).  A symbol is named
-        by its first character: the one after symbol ``i`` is ``i + size[i]``."""
+        by its first character: the one after symbol ``i`` is ``i + size[i]``.  A candidate pair
+        is one int, ordered as llama.cpp's queue pops them (the merged token's score, highest first,
+        then the leftmost) and holding its length: ``(rank * m + left) * m + length``; an int and
+        two arrays keep a long word (a data URI's megabyte of base64) to ~45 bytes a character."""
         n = len(word)
         if n < 2:
             return [(0, n)] if n else []
-        ids, scores = self._ids, self._scores
-        size = [1] * n
-        prev = list(range(-1, n - 1))
+        ids, rank, m = self._ids, self._rank, n + 1
+        size = array("i", [1]) * n
+        prev = array("i", range(-1, n - 1))
         queue = []
         for left in range(n - 1):
             token = ids.get(word[left:left + 2])
             if token is not None:
-                queue.append((-scores[token], left, 2))
+                queue.append((rank[token] * m + left) * m + 2)
         heapq.heapify(queue)
         pop, push = heapq.heappop, heapq.heappush
         while queue:
-            _, left, together = pop(queue)
+            key = pop(queue)
+            together, left = key % m, key // m % m
             right = left + size[left]
             # gone stale: either symbol was merged since (llama.cpp's own test)
             if size[left] == 0 or right >= n or size[right] == 0 or size[left] + size[right] != together:
@@ -207,17 +225,30 @@ class SentencePiece:
                 prev[after] = left
                 token = ids.get(word[left:after + size[after]])
                 if token is not None:
-                    push(queue, (-scores[token], left, together + size[after]))
+                    push(queue, (rank[token] * m + left) * m + together + size[after])
             before = prev[left]
             if before >= 0:
                 token = ids.get(word[before:after])
                 if token is not None:
-                    push(queue, (-scores[token], before, size[before] + together))
+                    push(queue, (rank[token] * m + before) * m + size[before] + together)
         out, at = [], 0
         while at < n:
             out.append((at, size[at]))
             at += size[at]
         return out
+
+
+def _ranks(scores) -> array:
+    """Each token's place by score, highest first (0), equal scores sharing a place: the order
+    llama.cpp's queue takes merges in, as small ints."""
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    ranks = array("i", bytes(4 * len(scores)))
+    place, last = -1, None
+    for i in order:
+        if scores[i] != last:
+            place, last = place + 1, scores[i]
+        ranks[i] = place
+    return ranks
 
 
 def _word_pattern(tokens: list[str]) -> re.Pattern | None:
