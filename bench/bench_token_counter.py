@@ -10,6 +10,7 @@ each in a fresh process that has imported the app (create_app), so the RSS is th
   references), counted whole and in 64 KB pieces.
 
     python bench/bench_token_counter.py            # both models, a table in Markdown
+    python bench/bench_token_counter.py --long     # Gemma: words without a space, merged in pieces
 """
 
 from __future__ import annotations
@@ -100,7 +101,51 @@ def child(model: str, show_json: Path, cache: Path) -> dict:
         return out
 
 
+def long_words() -> None:
+    """Gemma's counter on a megabyte that has no "▁" to cut at (a data URI's base64, a hex dump,
+    Japanese without a newline): merged ``spm.LONG_WORD`` characters at a time against merged
+    whole (llama.cpp's count), each in a fresh process for its time and peak RSS."""
+    import random
+
+    if len(sys.argv) > 2:           # the child: one text, one way
+        from app.modelserver import spm
+        from app.modelserver.tokens import counter_from_info
+        from vocab import gemma_gguf, model_info
+
+        counter = counter_from_info(model_info(gemma_gguf()))
+        counter.release()
+        kind, whole = sys.argv[2], sys.argv[3] == "whole"
+        rng = random.Random(1)
+        text = {"base64": lambda: __import__("base64").b64encode(rng.randbytes(750_000)).decode(),
+                "hex": lambda: rng.randbytes(500_000).hex(),
+                "japanese": lambda: ("日本語のテキストは空白がありません。東京都" * 50_000)[:1_000_000]}[kind]()
+        if whole:
+            spm.LONG_WORD = 10**9
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        started = time.perf_counter()
+        tokens = counter.count(text)
+        print(json.dumps({"tokens": tokens, "s": round(time.perf_counter() - started, 2), "chars": len(text),
+                          "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                          "before_peak_mb": round(before, 1), "rss_mb": round(_rss_mb(), 1)}))
+        return
+    print(f"load average {os.getloadavg()[0]:.2f}; nproc {os.cpu_count()}")
+    print("| text | characters | in pieces: tokens | seconds | peak RSS | merged whole: tokens | seconds | peak RSS | difference |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind in ("base64", "hex", "japanese"):
+        got = {}
+        for way in ("pieces", "whole"):
+            run = subprocess.run([sys.executable, __file__, "--long", kind, way], capture_output=True, text=True,
+                                 check=True)
+            got[way] = json.loads(run.stdout.strip().splitlines()[-1])
+        a, b = got["pieces"], got["whole"]
+        print(f"| {kind} | {a['chars']:,} | {a['tokens']:,} | {a['s']} | {a['peak_mb']} MB | {b['tokens']:,} | {b['s']} | "
+              f"{b['peak_mb']} MB | {a['tokens'] - b['tokens']:+d} |")
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--long":
+        long_words()
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=3, metavar=("MODEL", "SHOW_JSON", "CACHE"))
     args = parser.parse_args()
