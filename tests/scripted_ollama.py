@@ -69,6 +69,7 @@ class Recorded:
     refused: str | None = None        # why the server refused it (e.g. context)
     finished: threading.Event = field(default_factory=threading.Event)
     ended: float = 0.0                # monotonic time the answer ended (which of two calls ended first)
+    answered: bool = False            # counted out of ``in_flight`` (before its last line went out)
 
     @property
     def num_ctx(self) -> int | None:
@@ -207,9 +208,15 @@ class ScriptedOllama(ScriptedServer):
                 found.append(int(m.group(1)))
         return found
 
-    def _enter(self, delta: int) -> None:
-        """Count a chat request in (1) or out (-1); ``max_in_flight`` keeps the most at once."""
+    def _enter(self, delta: int, rec: Recorded | None = None) -> None:
+        """Count a chat request in (1) or out (-1, once per ``rec``); ``max_in_flight`` keeps the most
+        at once.  A streamed reply is counted out just before its last line goes out: once the client
+        has that line it may send its next request, before this thread runs again on a busy machine."""
         with self._lock:
+            if delta < 0 and rec is not None:
+                if rec.answered:
+                    return
+                rec.answered = True
             self.in_flight += delta
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
@@ -271,7 +278,7 @@ def _handler_for(server: ScriptedOllama):
                     try:
                         return self._chat(body, rec)
                     finally:
-                        server._enter(-1)
+                        server._enter(-1, rec)
                 self._json(404, {"error": "not found"})
             finally:
                 rec.ended = time.monotonic()
@@ -399,6 +406,7 @@ def _handler_for(server: ScriptedOllama):
                     if reply.token_delay and server._stopping.wait(reply.token_delay):
                         return
                 elapsed = int((time.monotonic() - started) * 1e9) or 1
+                server._enter(-1, rec)
                 self._chunk({"model": body["model"], "message": {"role": "assistant", "content": ""},
                              "done": True, "done_reason": done_reason,
                              "total_duration": elapsed + 1000, "load_duration": 1000,
