@@ -80,13 +80,14 @@ def analysed(path: Path, info: dict, counter, timeout_s: float = 600):
 
 def run_one(path: Path, info: dict, counter) -> dict:
     from app import chunking
+    from app.analysis.mapreduce import without_closing
 
     with analysed(path, info, counter) as (server, job, card, workspace):
         maps = []
         for rec in server.chats():
             m = CHUNK.search(rec.body["messages"][-1]["content"])
             if m:
-                text = rec.body["messages"][-1]["content"][m.end():].split("\n---\nAnswer in at most")[0]
+                text = without_closing(rec.body["messages"][-1]["content"][m.end():])
                 over = server.prompt_tokens(rec.body) + rec.body["options"]["num_predict"] > rec.num_ctx
                 maps.append((int(m.group(1)), counter.count(text), over))
         true = counter.count(chunking.read_document(workspace / path.name).text)

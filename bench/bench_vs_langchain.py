@@ -36,6 +36,7 @@ LANGCHAIN_MAP = 'Write a concise summary of the following:\n\n\n"{text}"\n\n\nCO
 
 def run_app(path: Path, info: dict, counter) -> dict:
     from app import chunking
+    from app.analysis.mapreduce import without_closing
 
     with analysed(path, info, counter, timeout_s=900) as (server, job, _card, workspace):
         maps = [rec for rec in server.chats() if CHUNK.search(rec.body["messages"][-1]["content"])]
@@ -43,7 +44,7 @@ def run_app(path: Path, info: dict, counter) -> dict:
         chunk_text = 0
         for rec in maps:
             content = rec.body["messages"][-1]["content"]
-            chunk_text += counter.count(content[CHUNK.search(content).end():].split("\n---\nAnswer in at most")[0])
+            chunk_text += counter.count(without_closing(content[CHUNK.search(content).end():]))
         return dict(file=path.name, state=job.state, text=text, room=job.size_tokens, calls=len(maps),
                     prompt=sum(server.prompt_tokens(rec.body) for rec in maps), chunk_text=chunk_text,
                     true=counter.count(text), per_message=server.template_tokens)

@@ -11,6 +11,7 @@ import pytest
 
 from fountain import FountainParser
 
+from app.analysis import mapreduce
 from app.analysis.store import JobStore
 from app.sessions import fountain
 from app.budget import estimate_messages
@@ -136,7 +137,8 @@ def test_full_run_records_the_scene_and_the_answer(setup):
     # the label names the section it starts in (chunk 1 has the plan's total: the rest were re-planned after it)
     assert re.match(r"Summarize the methodology of each section.\n\n---\nChunk 1 of \d+ \(in: Section 1",
                     first)
-    assert first.endswith("\n---\nAnswer in at most 250 words.")               # short partial answers (#14)
+    # short partial answers (#14), and the JSON shape, after the chunk where a small model still sees them
+    assert first.endswith(f"---\n{mapreduce.MAP_JSON_ASK} At most 250 words.")
     text = session_text(live, name)
     play = fountain.loads(text)
     headings = [s.heading for s in play.scenes]

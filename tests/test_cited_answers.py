@@ -32,8 +32,8 @@ FACTS = {   # (section, paragraph) -> the planted sentence (no brackets: citatio
 }
 INVENTED = "the moon is made of green cheese"
 DECOY = "DECOY-POINT from a chunk that says it has nothing"
-MAP_LABEL = re.compile(r"\nChunk (\d+) of (\d+)(?: \([^\n]*\))?:\n(.*?)(?:\n---\nAnswer in at most \d+ words\.)?$",
-                       re.S)
+MAP_LABEL = re.compile(r"\nChunk (\d+) of (\d+)(?: \([^\n]*\))?:\n(.*?)"
+                       r"(?:\n---\nAnswer in at most \d+ words\.|---\nAnswer from this chunk only, in JSON: [^\n]*)?$", re.S)
 
 
 def facts_markdown(sections=12, paragraphs=10) -> str:
@@ -162,7 +162,7 @@ def test_planted_facts_reach_the_answer_with_citations_that_open_their_passage(f
         assert isinstance(schema, dict) and schema["type"] == "object"
         assert set(schema["required"]) == {"relevant", "points", "confidence"}
         assert schema["properties"]["confidence"] == {"type": "integer", "minimum": 0, "maximum": 5}
-        assert "in JSON: relevant" in rec.body["messages"][0]["content"]   # the system line names the shape
+        assert "in JSON: relevant" in rec.body["messages"][-1]["content"]  # the closing line names the shape
     assert script.irrelevant and script.relevant
     for rec in reduces(scripted):                                     # the empty chunks dropped out
         assert rec.format is None

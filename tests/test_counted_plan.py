@@ -75,9 +75,10 @@ def _file(kind: str, count, target: int) -> tuple[str, str]:
 
 
 def _chunk_text(rec, label) -> str:
-    """A map request's chunk text: after its "Chunk n of N" line, before the length line."""
-    body = rec.body["messages"][-1]["content"][label.end():]
-    return body.split("\n---\nAnswer in at most")[0]
+    """A map request's chunk text: after its "Chunk n of N" line, before its closing line."""
+    from app.analysis.mapreduce import without_closing
+
+    return without_closing(rec.body["messages"][-1]["content"][label.end():])
 
 
 def _prompt(rec) -> str:

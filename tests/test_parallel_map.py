@@ -15,6 +15,7 @@ import threading
 import pytest
 
 from app.analysis import execute, plan
+from app.analysis.mapreduce import without_closing
 from scripted_ollama import Reply, failing
 from test_analysis import big_file_config, map_or_reduce, start_job
 from waiting import wait_for
@@ -263,8 +264,7 @@ def test_a_chunk_the_server_refuses_for_its_window_is_read_as_two_halves(tmp_pat
     assert len(halves) == 2                                         # the server saw two smaller requests
     assert all(len(prompt_of(h)) < len(prompt_of(whole)) for h in halves)
     assert all(prompt_of(h) != prompt_of(whole) for h in halves)    # never the refused one again
-    whole_text, *texts = [prompt_of(b).split(":\n", 1)[1].rsplit("\n---\nAnswer in", 1)[0]
-                          for b in script.seen]
+    whole_text, *texts = [without_closing(prompt_of(b).split(":\n", 1)[1]) for b in script.seen]
     assert texts[0] + texts[1] == whole_text and texts[0].endswith("\n\n")    # cut at a paragraph, nothing lost
     result = job.results[2]
     assert result.status == "ok" and result.text.count("Partial answer for chunk 3.") == 2

@@ -48,6 +48,12 @@ MAX_POINTS = 4            # points a structured partial answer may give
 MAP_JSON_SYSTEM = ("Answer the instruction from this chunk of a longer document only, in JSON: relevant "
                    f"(true or false), at most {MAX_POINTS} points each with a quote of the chunk's exact words, "
                    "confidence 0-5.")
+# A structured map request is one user message: what the reply must be comes after the chunk, where a
+# small model still sees it, instead of in a system line before the instruction. Measured (issue 30,
+# bench/RESULTS.md): qwen2.5-coder 0.5B's quotes found in the chunk 41 % of 39 points, was 24 % of 38;
+# 47 tokens around a chunk, was 108, which brings the map prompts under 1.05x LangChain's plus the overlap.
+MAP_JSON_ASK = ("Answer from this chunk only, in JSON: relevant (true/false), "
+                f"up to {MAX_POINTS} points each quoting its exact words, confidence 0-5.")
 MAP_SCHEMA = {
     "type": "object",
     "properties": {
@@ -77,16 +83,41 @@ class CombineError(Refused):
 
 def map_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: int | None = None,
                pages: tuple[int, int] | None = None) -> str:
-    """The user message of one map call (seed 000's layout, with the label and, when the
+    """The user message of one free-text map call (seed 000's layout, with the label and, when the
     instruction allows a short answer, a length limit after the text, where a small model
     still sees it)::
 
-        <task>\\n\\n---\\nChunk i of N (in: A › B):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
+        <task>\n\n---\nChunk i of N (in: A › B):\n<chunk text>[\n\n---\nAnswer ... words.]
     """
+    tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
+    return _labelled(task, chunk, total, pages) + tail
+
+
+def map_json_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: int | None = None,
+                    pages: tuple[int, int] | None = None) -> str:
+    """The one message of a structured map call: seed 000's layout, then what the reply must be
+    (``MAP_JSON_ASK``) and its length::
+
+        <task>\n\n---\nChunk i of N (in: A › B):\n<chunk text>---\nAnswer from this chunk only, in JSON: … At most … words.
+    """
+    length = "" if reply_words is None else f" At most {reply_words} words."
+    return f"{_labelled(task, chunk, total, pages)}---\n{MAP_JSON_ASK}{length}"
+
+
+def _labelled(task: str, chunk: chunking.Chunk, total: int, pages: tuple[int, int] | None) -> str:
+    """The instruction, the chunk's label and its text (ending in a newline)."""
     label = chunking.chunk_label(chunk, total, pages=pages)
     body = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
-    tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
-    return f"{task}\n\n---\n{label}:\n{body}{tail}"
+    return f"{task}\n\n---\n{label}:\n{body}"
+
+
+def without_closing(text: str) -> str:
+    """A map prompt's text after its label without the line that closes it (a length limit or
+    ``MAP_JSON_ASK``): the chunk as sent, for the tests and benches that read the requests."""
+    for closing in (f"---\n{MAP_JSON_ASK}", "\n---\nAnswer in at most "):
+        if closing in text:
+            return text.rsplit(closing, 1)[0]
+    return text
 
 
 def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = None) -> str:
@@ -102,11 +133,13 @@ def map_prompt_overhead(task: str, total: int = 9999, reply_words: int | None = 
 def map_messages(task: str, chunk, total: int, reply_words: int | None = None,
                  pages: tuple[int, int] | None = None, structured: bool = False) -> list[dict]:
     """One map request: seed 000's prompt with the chunk's label (where it starts: its section,
-    lines or pages) and, when the instruction allows a short answer, the word limit (``map_prompt``).
-    ``structured``: the system line tells the JSON shape (the request sends ``MAP_SCHEMA``)."""
-    prompt = map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)
-    system = MAP_JSON_SYSTEM if structured else MAP_SYSTEM
-    return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    lines or pages) and, when the instruction allows a short answer, the word limit.
+    ``structured`` (the request sends ``MAP_SCHEMA``): one user message that closes with the JSON
+    shape (``map_json_prompt``); else ``MAP_SYSTEM`` and ``map_prompt``."""
+    if structured:
+        return [{"role": "user", "content": map_json_prompt(task, chunk, total, reply_words, pages)}]
+    return [{"role": "system", "content": MAP_SYSTEM},
+            {"role": "user", "content": map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)}]
 
 
 # -- reading a partial answer -------------------------------------------------------------
@@ -500,11 +533,10 @@ def list_messages(task: str, target: str, chunk, total: int, pages: tuple[int, i
 
 def point_messages(task: str, chunk, total: int, reply_words: int | None = None,
                    pages: tuple[int, int] | None = None) -> list[dict]:
-    """One map request of a point question: ``map_messages``'s structured request, asking for the
-    short answer too (``POINT_SCHEMA``)."""
-    messages = map_messages(task, chunk, total, reply_words, pages, structured=True)
-    messages[0] = {"role": "system", "content": POINT_SYSTEM}
-    return messages
+    """One map request of a point question: the JSON shape and the short answer asked in the system
+    line (``POINT_SYSTEM``), the free-text map prompt (``POINT_SCHEMA`` is sent)."""
+    return [{"role": "system", "content": POINT_SYSTEM},
+            {"role": "user", "content": map_prompt(task, chunk, total, reply_words=reply_words, pages=pages)}]
 
 
 _LIST_LINE = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(?P<item>.+?)\s*$")
@@ -585,9 +617,11 @@ def list_reduce_task(task: str, target: str, count: int) -> str:
 
 
 def map_system_for(task: str) -> str:
-    """The longest system line (and the list's closing line, for the longest "list every" the card
-    takes) a map request of ``task`` may carry, for sizing its chunks (``plan.map_fixed_tokens``)."""
+    """The longest text a map request of ``task`` carries besides ``map_prompt_overhead``, for sizing its
+    chunks (``plan.map_fixed_tokens``): the system line of a list (with its closing line, for the
+    longest "list every" the card takes) or a point question, else the JSON closing line (sized as a
+    message of its own: a few tokens to spare)."""
     from .answers import list_target, point_question     # (answers imports nothing of this module)
     if list_target(task):
         return LIST_SYSTEM + "\n---\nList every " + "x" * 120 + " in this chunk, each with its exact words."
-    return POINT_SYSTEM if point_question(task) else MAP_JSON_SYSTEM
+    return POINT_SYSTEM if point_question(task) else MAP_JSON_ASK
