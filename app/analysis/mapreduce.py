@@ -51,7 +51,7 @@ MAP_JSON_SYSTEM = ("Answer the instruction from this chunk of a longer document 
 # A structured map request is one user message: what the reply must be comes after the chunk, where a
 # small model still sees it, instead of in a system line before the instruction. Measured (issue 30,
 # bench/RESULTS.md): qwen2.5-coder 0.5B's quotes found in the chunk 41 % of 39 points, was 24 % of 38;
-# 47 tokens around a chunk, was 108, which brings the map prompts under 1.05x LangChain's plus the overlap.
+# 90 tokens around a chunk, was 108, which brings the map prompts under 1.05x LangChain's plus the overlap.
 MAP_JSON_ASK = ("Answer from this chunk only, in JSON: relevant (true/false), "
                 f"up to {MAX_POINTS} points each quoting its exact words, confidence 0-5.")
 MAP_SCHEMA = {
