@@ -47,12 +47,13 @@ def run(kind: str, megabytes: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if kind == "ollama":
+        if kind in ("ollama", "gemma"):
             from scripted_ollama import ScriptedOllama
-            from vocab import model_info, smollm_gguf
+            from vocab import gemma_gguf, model_info, smollm_gguf
 
-            server, model = ScriptedOllama(models={"smol:135m": 8192}), "smol:135m"
-            server.model_info[model] = model_info(smollm_gguf())
+            model = "smol:135m" if kind == "ollama" else "gemma3:270m"
+            server = ScriptedOllama(models={model: 8192})
+            server.model_info[model] = model_info(smollm_gguf() if kind == "ollama" else gemma_gguf())
             config = make_config(tmp, server.url, model=model)
         else:
             from scripted_openai import ScriptedOpenAI
@@ -90,7 +91,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=150)
     args = parser.parse_args()
     load = os.getloadavg()
-    rows = [run(kind, args.mb) for kind in ("ollama", "llama")]
+    rows = [run(kind, args.mb) for kind in ("ollama", "gemma", "llama")]
     print(f"load average {load[0]:.2f} {load[1]:.2f} (before), {os.getloadavg()[0]:.2f} (after); nproc {os.cpu_count()}")
     print("| server | counter | counter ready | time to the card | card's size | chunks | /tokenize requests (largest) |")
     print("|---|---|---|---|---|---|---|")
