@@ -18,7 +18,7 @@ Here step 3 runs on one word at a time: the text is cut before each "▁" that n
 vocabulary joins to the character before it (for Gemma, each "▁" that does not follow another "▁"
 or a ">"), so no merge can cross a cut and the words' tokens are the whole text's.  Words repeat,
 so each word's tokens are kept in a bounded cache.  A vocabulary is a dict of its token strings and
-an array of scores: Gemma's 262,144 tokens add about 50 MB to the app (bench/RESULTS.md).
+an array of their places by score: Gemma's 262,144 tokens add about 50 MB to the app (bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ _ONE = (0,)               # the tokens of a word that is one token (most are): o
 class SentencePiece:
     """A vocabulary's SentencePiece tokenizer, as llama.cpp runs it (see the module).  Thread-safe:
     the word cache is a dict that threads may fill at once (a word computed twice is the same)."""
+
+    segmentable = True      # ``count`` is the number of ``starts`` (``tokens.Counter``)
 
     def __init__(self, tokens: list[str], scores, types: list[int], add_space_prefix: bool,
                  special_types: tuple[int, ...]):

@@ -14,7 +14,7 @@ way llama.cpp does (``src/llama-vocab.cpp``, which Ollama runs):
   symbols whose concatenation is a token are merged, highest ``score`` first, and a character
   that is no token is written as its UTF-8 byte tokens (``<0xNN>``).  ``spm.SentencePiece`` runs
   that in Python from the tokens and their scores: as ``tokenizers`` BPE it needs every way to
-  write each token as two tokens as a merge (Gemma: 514,847), 74 MB against 45 MB
+  write each token as two tokens as a merge (Gemma: 514,847): 84 MB more in the app against 49 MB
   (bench/RESULTS.md).
 - Control, unknown and user-defined tokens (``token_type`` 3, 2, 4) are split out of the raw text
   first and count as one token each, as llama.cpp's ``tokenizer_st_partition`` does with
@@ -252,7 +252,7 @@ class Counter:
         self._tokenizer = tokenizer
         self.name = name                    # what counts, in words (``label``): the job and the card say it
         self.family = family or name        # "gpt2/smollm", "llama" (``describe``): which ``VERIFIED_PRE``
-        self.segmentable = getattr(tokenizer, "segmentable", True)
+        self.segmentable = tokenizer.segmentable
         self._info = info                   # the GGUF keys it was built from, until ``release`` (the disk cache)
 
     def release(self) -> None:
