@@ -87,7 +87,7 @@ def map_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: int | 
     instruction allows a short answer, a length limit after the text, where a small model
     still sees it)::
 
-        <task>\n\n---\nChunk i of N (in: A › B):\n<chunk text>[\n\n---\nAnswer ... words.]
+        <task>\\n\\n---\\nChunk i of N (in: A › B):\\n<chunk text>[\\n\\n---\\nAnswer ... words.]
     """
     tail = "" if reply_words is None else f"\n---\nAnswer in at most {reply_words} words."
     return _labelled(task, chunk, total, pages) + tail
@@ -98,7 +98,7 @@ def map_json_prompt(task: str, chunk: chunking.Chunk, total: int, reply_words: i
     """The one message of a structured map call: seed 000's layout, then what the reply must be
     (``MAP_JSON_ASK``) and its length::
 
-        <task>\n\n---\nChunk i of N (in: A › B):\n<chunk text>---\nAnswer from this chunk only, in JSON: … At most … words.
+        <task>\\n\\n---\\nChunk i of N (in: A › B):\\n<chunk text>---\\nAnswer from this chunk only, in JSON: … At most … words.
     """
     length = "" if reply_words is None else f" At most {reply_words} words."
     return f"{_labelled(task, chunk, total, pages)}---\n{MAP_JSON_ASK}{length}"
