@@ -111,6 +111,34 @@ def test_the_word_cache_is_bounded(monkeypatch):
         assert len(counter._words) <= 50
 
 
+def test_two_threads_share_the_word_cache(monkeypatch):
+    """The word cache is the counter's one piece of state, filled and emptied by whichever thread
+    counts (a page and the worker at once): counts from two threads at once, with the cache
+    emptied again and again under them, are the counts of one thread alone."""
+    import threading
+
+    monkeypatch.setattr(spm, "WORD_CACHE", 8)
+    rng = random.Random(37)
+    texts = [" ".join("".join(rng.choice("abc>") for _ in range(rng.randint(1, 6)))
+                      for _ in range(rng.randint(1, 30))) for _ in range(200)]
+    expected = [_toy().count(text) for text in texts]
+    shared, results, start = _toy(), {0: [], 1: []}, threading.Barrier(2)
+
+    def count(me: int) -> None:
+        start.wait()
+        for _ in range(20):
+            results[me].append([shared.count(text) for text in texts])
+
+    threads = [threading.Thread(target=count, args=(me,)) for me in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert all(run == expected for me in (0, 1) for run in results[me]) and len(results[0]) == len(results[1]) == 20
+    assert len(shared._words) <= 8
+
+
 @pytest.mark.slow
 def test_gemmas_words_give_the_whole_texts_tokens():
     """On Gemma 3's own vocabulary: cutting into words is the text merged whole, every kind of text."""

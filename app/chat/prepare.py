@@ -205,9 +205,8 @@ def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, mode
     (``TurnRefused``) when the conversation and the reply leave no room in the window to continue."""
     config = sizing.config
     budget = chat_budget(sizing, model)
-    budget.recorded = recorded_sizes(past[:index + 1], model)     # the reply so far at its counted size
+    budget.recorded = recorded_sizes([turn := past[index]], model)   # the reply so far (``fit_past`` adds the rest)
     system = system_prompt(config, config.workspace_path)
-    turn = past[index]
     exchange = [{"role": "user", "content": _history_prompt(turn) or ""},
                 {"role": "assistant", "content": turn.reply or ""}, {"role": "user", "content": CONTINUE_PROMPT}]
     budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]

@@ -155,7 +155,7 @@ class TokenCounters:
             counter = Counter.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, UnicodeDecodeError, Unbuildable) as exc:
+        except (OSError, ValueError) as exc:     # (not UTF-8, not JSON, Unbuildable: all ValueErrors)
             log.warning("the kept vocabulary %s cannot be read (%s): fetching it again", path, exc)
             return None
         _release(counter)

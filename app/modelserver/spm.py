@@ -3,7 +3,7 @@ Mistral 7B) in plain Python, small enough for a Pi (issue 30).
 
 Hugging Face's ``tokenizers`` can run it as BPE, but only with every way to write each token as two
 tokens listed as a merge: for Gemma's 262,144 tokens that is 514,847 merges and two hash maps of the
-vocabulary, 74 MB resident (bench/RESULTS.md).  What llama.cpp does (``llm_tokenizer_spm_session``
+vocabulary.  What llama.cpp does (``llm_tokenizer_spm_session``
 in ``src/llama-vocab.cpp``) needs only each token's score:
 
 1. Control, user-defined and unknown tokens are split out of the raw text first, longest first
@@ -18,7 +18,8 @@ Here step 3 runs on one word at a time: the text is cut before each "▁" that n
 vocabulary joins to the character before it (for Gemma, each "▁" that does not follow another "▁"
 or a ">"), so no merge can cross a cut and the words' tokens are the whole text's.  Words repeat,
 so each word's tokens are kept in a bounded cache.  A vocabulary is a dict of its token strings and
-an array of their places by score: Gemma's 262,144 tokens add about 50 MB to the app (bench/RESULTS.md).
+an array of their places by score: Gemma's 262,144 tokens add 49 MB to the app, where ``tokenizers``
+added 84 MB (bench/RESULTS.md).
 """
 
 from __future__ import annotations
