@@ -28,11 +28,51 @@ class UnknownModel(Refused):
 
 
 def split_mention(text: str, installed: list[str]) -> tuple[str | None, str]:
-    """``@name rest`` -> (model, rest); (None, text) without a mention at the start."""
+    """``@name rest`` -> (model, rest); (None, text) without a mention at the start.
+
+    An ``@word`` that names no installed model routes nothing and stops nothing unless it was plainly
+    meant as one (``meant_as_model``): a pasted ``@import url(…)``, ``@Override`` or ``@john`` goes to
+    the model as written (issue 41); ``@lama3`` or ``@qwen:7b`` gets the card that lists the models."""
     match = MENTION_AT_START.match(text)
     if not match:
         return None, text
-    return resolve(match.group(1), installed), text[match.end():]
+    name = match.group(1)
+    try:
+        return resolve(name, installed), text[match.end():]
+    except UnknownModel:
+        if meant_as_model(name, installed, text[match.end(1):]):
+            raise
+        return None, text
+
+
+def meant_as_model(name: str, installed: list[str], after: str = " ") -> bool:
+    """Is an ``@name`` that is not installed meant as a model?  When it is followed by a space (not
+    ``(`` or ``{``: code) and has a tag (``qwen:7b``) or is close to an installed model's name (a typo:
+    ``@lama3``), or names no installed model while none is installed."""
+    if after[:1] and not after[:1].isspace():
+        return False
+    if ":" in name.strip(":"):
+        return True
+    from .filenames import near_match
+
+    bases = sorted({m.split(":")[0] for m in installed} | set(installed))
+    return bool(bases) and bool(near_match(name, bases))
+
+
+def unrouted(text: str, installed: list[str]) -> str:
+    """The quiet note of an ``@word`` at the start that routes nothing ("" when there is none)."""
+    match = MENTION_AT_START.match(text)
+    if not match or resolve_or_none(match.group(1), installed) is not None:
+        return ""
+    return (f"“@{match.group(1)}” is no installed model, so the message went to the session's model as "
+            "written.")
+
+
+def resolve_or_none(name: str, installed: list[str]) -> str | None:
+    try:
+        return resolve(name, installed)
+    except UnknownModel:
+        return None
 
 
 def resolve(name: str, installed: list[str]) -> str:

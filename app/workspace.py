@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,96 +75,235 @@ class Workspace:
                     return found
         return found
 
-    def mentions(self, text: str) -> tuple[list[WorkspaceFile], list[str]]:
-        """Files named in a message, in order; and refusals in plain words (see ``named``)."""
-        named = self.named(text)
-        return named.found, named.problems
+    def names(self) -> filenames.NameIndex:
+        """The workspace's file names (``filenames.NameIndex``), walked once and kept while no folder
+        in it changes (``NAMES``): a message looks its words up here instead of walking the folder."""
+        return NAMES.get(self.root)
 
     def named(self, text: str) -> "Named":
-        """Files named in a message, in order; refusals in plain words; names that are not here.
-
-        A word counts when it is a path to a file here, or the name of exactly one file
-        here (``filenames``: quoted names with spaces, extensionless names such as
-        ``Makefile``).  A path that leads outside is refused, not ignored; a name that
-        looks like a file and is not here is ``missing``, with its near match if any.
-        """
+        """What a message names (issue 41): the files found, in order; the names it asks about that
+        cannot be read (``missing``: not here, or outside the workspace); the names it gives in
+        passing that are not here (``unread``: a quiet note, nothing stops); and names that match
+        several files (``problems``).  Which words count is ``filenames.mentions``'s guess."""
+        index = self.names()
         named = Named()
-        by_name: dict[str, list[WorkspaceFile]] | None = None
-
-        def index() -> dict[str, list[WorkspaceFile]]:
-            nonlocal by_name
-            if by_name is None:
-                by_name = {}
-                for f in self.files():
-                    by_name.setdefault(Path(f.name).name, []).append(f)
-            return by_name
-
-        words = filenames.candidates(text)
-        if re.search(r"[A-Z0-9_\-]", text):       # an extensionless name (Makefile) is worth a look
-            extensionless = self._extensionless()
-            seen = {c.word for c in words}
-            words += [filenames.Candidate(w) for w in filenames.bare_names(text, extensionless) if w not in seen]
-        for candidate in words:
-            self._name_one(named, candidate.word, index, candidate.parts)
+        for m in filenames.mentions(text, index):
+            if m.role != "other":
+                self._name_one(named, m, index)
         return named
 
-    def _extensionless(self) -> set[str]:
-        """The workspace's own extensionless files (``Makefile``, ``LICENSE``): one read of its top
-        folder, not a walk of every file for every message (a file further down is named by a path)."""
-        try:
-            with os.scandir(self.root) as entries:
-                return {e.name for e in entries if "." not in e.name and e.is_file()}
-        except OSError:
-            return set()
-
-    def _name_one(self, named: "Named", word: str, index, parts: tuple[str, ...] = ()) -> None:
-        """Add what one word names to ``named``: a file, a refusal, a missing name, or nothing."""
-        try:
-            match = self.resolve(word)
-        except OutsideWorkspace as exc:
-            named.problems.append(str(exc))
+    def _name_one(self, named: "Named", m: filenames.Mention, index: filenames.NameIndex) -> None:
+        """Add what one mention names to ``named``: a file, a name that cannot be read, or nothing."""
+        if m.form == "outside":
+            self._outside(named, m)
             return
-        except WorkspaceError:
-            matches = [] if "/" in word else index().get(word, [])
-            if len(matches) > 1:
-                named.problems.append(f"'{word}' matches {len(matches)} files; name it by its path: "
-                                      + ", ".join(m.name for m in matches[:5]))
+        if m.form == "bare":
+            paths = filenames.resolve_bare(m.word, index)
+        else:
+            paths = self._paths(m.word, index)
+        if len(paths) > 1:
+            named.problem(m.word, f"'{m.word}' matches {len(paths)} files; name it by its path: "
+                                  + ", ".join(paths[:5]))
+            return
+        if not paths and m.form != "bare":
+            paths = [m.word]           # not in the names yet (a file made since): one look on disk
+        if paths:
+            try:
+                named.add(self.resolve(paths[0]))
                 return
-            if not matches:
-                inside = Named()
-                for part in parts:           # a quoted phrase that is no file: the file names inside it
-                    self._name_one(inside, part, index)
-                if inside.found or inside.problems:
-                    named.merge(inside)
-                    return
-                close = ""
-                if "." in word or "/" in word:
-                    names = [f.name for fs in index().values() for f in fs] if "/" in word else list(index())
-                    close = filenames.near_match(word, names)
-                if parts and not close:
-                    named.merge(inside)
-                    return
-                if close or filenames.looks_like_file(word):     # never sent as if it were there
-                    if all(m.name != word for m in named.missing):
-                        named.missing.append(filenames.Missing(word, close))
+            except OutsideWorkspace:
+                named.unread_name(m.word, "outside")
                 return
-            match = matches[0]
-        if match not in named.found:
-            named.found.append(match)
+            except WorkspaceError:
+                pass
+        if m.form == "bare":
+            bare = [b for b in index.by_base if "." not in b]
+            close = filenames.near_match(m.word, bare) if bare else ""
+        else:
+            close = index.near(m.word)
+        if m.role == "asked":
+            named.ask_missing(filenames.Missing(m.word, close if close != m.word else ""))
+        elif close or m.form == "bare" or filenames.looks_like_file(m.word):
+            named.unread_name(m.word, "missing", close)
+
+    def _paths(self, word: str, index: filenames.NameIndex) -> list[str]:
+        """The workspace paths a name with an extension or a relative path names: the path itself, or
+        the files of that base name (a bare ``notes.md`` names ``docs/notes.md`` when it is the only one)."""
+        clean = word[2:] if word.startswith("./") else word
+        if clean in index.paths:
+            return [clean]
+        if "/" not in clean:
+            return list(index.by_base.get(clean, []))
+        if not index.complete or ".." in clean.split("/"):
+            try:
+                return [self.resolve(clean).name]
+            except WorkspaceError:
+                return []
+        return []
+
+    def _outside(self, named: "Named", m: filenames.Mention) -> None:
+        """A path that begins at /, ~ or ..: the file when it still lies inside the workspace (the full
+        path of one of its files), else a name outside it, refused in those words (never read)."""
+        raw = m.word
+        path = Path(os.path.expanduser(raw)) if raw.startswith("~") else Path(raw)
+        try:
+            real = (path if path.is_absolute() else self.root / path).resolve()
+        except (OSError, RuntimeError):
+            real = None
+        if real is not None and real.is_relative_to(self.root) and real.is_file():
+            try:
+                named.add(self.resolve(real.relative_to(self.root).as_posix()))
+                return
+            except WorkspaceError:
+                pass
+        if m.role == "asked":
+            named.ask_missing(filenames.Missing(raw, outside=True))
+        elif filenames.looks_like_file(raw):
+            named.unread_name(raw, "outside")
+
+
+class NameCache:
+    """Each workspace's ``NameIndex``, kept while the mtime of every folder in it is unchanged (a file
+    added, removed or renamed changes its folder's): checking costs one stat per folder, not a walk.
+    A folder changed within ``RACY_S`` of the walk may change again with the same coarse mtime (git's
+    "racy" case), so that walk is not trusted: the next message walks again.  Bounded to a few
+    workspaces (a test run makes many)."""
+
+    KEEP = 4
+    RACY_S = 2.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept: dict[Path, _Walk] = {}
+
+    def get(self, root: Path) -> filenames.NameIndex:
+        with self._lock:
+            kept = self._kept.get(root)
+        if kept is not None and kept.unchanged(self.RACY_S):
+            return kept.index
+        walk = _Walk.of(root)
+        with self._lock:
+            self._kept.pop(root, None)
+            self._kept[root] = walk
+            while len(self._kept) > self.KEEP:
+                self._kept.pop(next(iter(self._kept)))
+        return walk.index
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """One walk of a workspace: its names, each folder's mtime as read, and when it began."""
+
+    index: filenames.NameIndex
+    folders: dict[str, int]
+    began: int                   # time.time_ns()
+
+    def unchanged(self, racy_s: float) -> bool:
+        """Every folder as it was walked, and none changed just before the walk."""
+        try:
+            return all(os.stat(folder).st_mtime_ns == mtime and self.began - mtime > racy_s * 1e9
+                       for folder, mtime in self.folders.items())
+        except OSError:
+            return False
+
+    @classmethod
+    def of(cls, root: Path) -> "_Walk":
+        """Every file's path relative to ``root`` (hidden ones and links that lead outside skipped, at
+        most ``MAX_INDEXED_FILES``), and each folder's mtime as it was read."""
+        began = time.time_ns()
+        folders: dict[str, int] = {}
+        paths: list[str] = []
+        complete = True
+        pending = [root]
+        while pending and complete:
+            folder = pending.pop()
+            try:
+                folders[str(folder)] = os.stat(folder).st_mtime_ns
+                with os.scandir(folder) as entries:
+                    listed = sorted(entries, key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in listed:
+                if entry.name.startswith(".") or not _listed_file(entry, root, pending):
+                    continue
+                paths.append(os.path.relpath(entry.path, root).replace(os.sep, "/"))
+                if len(paths) >= MAX_INDEXED_FILES:
+                    complete = False
+                    break
+        return cls(filenames.NameIndex.of(paths, complete), folders, began)
+
+
+def _listed_file(entry: os.DirEntry, root: Path, pending: list[Path]) -> bool:
+    """Is this entry a file the user may name (a folder is queued for the walk instead)?"""
+    try:
+        if entry.is_symlink():
+            real = Path(entry.path).resolve()
+            return real.is_relative_to(root) and real.is_file()
+        if entry.is_dir():
+            pending.append(Path(entry.path))
+            return False
+        return entry.is_file()
+    except OSError:
+        return False
+
+
+NAMES = NameCache()
 
 
 @dataclass
 class Named:
-    """What a message names: the files found, refusals, and names that are not in the workspace."""
+    """What a message names: the files found; names asked about that cannot be read (``missing``:
+    the message stops); names given in passing that are not here (``unread``: one quiet note); names
+    that match several files (``problems``)."""
 
     found: list[WorkspaceFile] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
     missing: list[filenames.Missing] = field(default_factory=list)
+    unread: list[tuple[str, str, str]] = field(default_factory=list)     # (name, "missing" | "outside", near)
+    problems: list[str] = field(default_factory=list)
+    _said: set[str] = field(default_factory=set, repr=False)
 
-    def merge(self, other: "Named") -> None:
-        self.found += [f for f in other.found if f not in self.found]
-        self.problems += other.problems
-        self.missing += [m for m in other.missing if m not in self.missing]
+    def add(self, found: WorkspaceFile) -> None:
+        if found not in self.found:
+            self.found.append(found)
+
+    def _new(self, name: str) -> bool:
+        """Each name is said once, whatever words it was found by (``/x/a.md`` is not also ``x/a.md``)."""
+        key = name.strip("/").removeprefix("~/").removeprefix("./")
+        if key in self._said:
+            return False
+        self._said.add(key)
+        return True
+
+    def ask_missing(self, missing: filenames.Missing) -> None:
+        if self._new(missing.name):
+            self.missing.append(missing)
+
+    def unread_name(self, name: str, why: str, near: str = "") -> None:
+        if self._new(name):
+            self.unread.append((name, why, near))
+
+    def problem(self, name: str, text: str) -> None:
+        if self._new(name):
+            self.problems.append(text)
+
+    def notice(self, sent_without: list[filenames.Missing] = ()) -> str:
+        """The one line under the turn that says what was not read ("" when everything named was):
+        "No workspace file named report.docx; nothing was read"."""
+        missing = [(m.name, m.suggestion) for m in sent_without if not m.outside]
+        missing += [(name, near) for name, why, near in self.unread if why == "missing"]
+        outside = [m.name for m in sent_without if m.outside] + [n for n, why, _ in self.unread if why == "outside"]
+        said = []
+        if missing:
+            said.append("no workspace file named " + ", ".join(
+                name + (f" (did you mean {near}?)" if near else "") for name, near in missing))
+        if outside:
+            said.append(f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} outside the workspace")
+        line = ""
+        if said:
+            line = "; ".join(said) + "; nothing was read"
+            line = line[0].upper() + line[1:] + (": sent without it, the model told it could not be read."
+                                                  if sent_without else ".")
+        return " ".join([line, *self.problems]).strip()
 
 
 MAX_NAME_CHARS = 80      # an upload's stored name: readable on a phone, nameable in a message

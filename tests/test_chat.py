@@ -178,7 +178,7 @@ def test_at_mention_routes_to_that_model_and_is_recorded(live, scripted):
     assert chat.body["messages"][-1]["content"] == "what are you?"
     text = session_file(live, name)
     assert "[[model switch: other:7b" in text
-    fragment = send(live, name, "@nosuch hi")
+    fragment = send(live, name, "@tinyy hi")                       # a typo of an installed model: the card
     assert "Unknown model" in fragment and "tiny:1b" in fragment
 
 
@@ -235,7 +235,7 @@ def test_workspace_harvey_md_is_the_system_prompt(live, scripted):
 
 def test_a_refusal_card_reads_the_same_after_a_reload(live):
     name = live.open_session()
-    fragment = send(live, name, "@nosuch hello")
+    fragment = send(live, name, "@tiny:2b hello")
     page = live.get(f"/s/{name}").text
     for html in (fragment, page):
         assert "Unknown model" in html and "is not an installed model. Installed models: tiny:1b, other:7b." in \

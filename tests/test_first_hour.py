@@ -68,9 +68,11 @@ def test_send_without_it_tells_the_model_plainly(live, scripted, workspace):
     assert response.status_code == 200, response.text
     list(live.sse(f"/s/{name}/turns/0/stream"))
     sent = _last_user_message(scripted)
-    assert "notes.md" in sent and "not available" in sent and "Do not guess" in sent
+    assert "notes.md" in sent and "could not be read" in sent
+    assert "Do not guess" not in sent and "not available" not in sent       # issue 41: told, not told to refuse
     turn = live.services.store.load(name).turns[-1]
-    assert turn.reply and any("Not in the workspace: notes.md" in n for n in turn.notes)
+    said = [n for n in turn.notes if "notes.md" in n]
+    assert turn.reply and len(said) == 1 and "No workspace file named notes.md" in said[0]
 
 
 def test_words_that_are_not_files_still_send(live, scripted, workspace):
@@ -95,10 +97,17 @@ def test_a_quoted_name_with_spaces_is_named(live, scripted, workspace):
     assert '<file name="q3 report.md">' in _last_user_message(scripted)
 
 
-def test_an_unquoted_name_with_spaces_offers_the_quoted_one(live, scripted, workspace):
+def test_an_unquoted_name_with_spaces_is_named(live, scripted, workspace):
     (workspace / "q3 report.md").write_text("# Q3\n\nRevenue rose 4%.\n")
     name = live.open_session()
-    raw = live.post(f"/s/{name}/messages", data={"message": "Summarize q3 report.md please"}).text
+    send_and_finish(live, name, "Summarize q3 report.md please")        # issue 41: the workspace's own name
+    assert '<file name="q3 report.md">' in _last_user_message(scripted)
+
+
+def test_a_misspelt_name_with_spaces_offers_the_quoted_one(live, scripted, workspace):
+    (workspace / "q3 report.md").write_text("# Q3\n\nRevenue rose 4%.\n")
+    name = live.open_session()
+    raw = live.post(f"/s/{name}/messages", data={"message": "Summarize q3 reprt.md please"}).text
     assert scripted.chats() == [] and "Send with q3 report.md" in raw
     values = [html.unescape(v) for v in re.findall(r'name="message" value="([^"]*)"', raw)]
     assert 'Summarize "q3 report.md" please' in values
@@ -338,10 +347,11 @@ def test_an_openai_servers_embedding_model_is_not_in_the_picker(tmp_path, make_l
     ('Summarize "q3 report.md"', ["q3 report.md"], []),
     ("Summarize `q3 report.md` now", ["q3 report.md"], []),
     ('read "see licenses.txt" please', ["licenses.txt"], []),
-    ("the notes are nice, and notes.txt", [], [("notes.txt", "")]),
+    ("the notes are nice, and notes.txt", [], []),                  # in passing: a quiet note only
+    ("Summarize notes.txt", [], [("notes.txt", "")]),
     ('the "notes" file', ["notes"], []),
     ("e.g. version 1.2 of example.com, i.e. it's 'fine' and v2.0", [], []),
-    ("docs/b.md and docs/a.md", ["docs/a.md"], [("docs/b.md", "docs/a.md")]),
+    ("Compare docs/b.md and docs/a.md", ["docs/a.md"], [("docs/b.md", "docs/a.md")]),
 ])
 def test_which_words_name_a_file(tmp_path, text, found, missing):
     from app.workspace import Workspace

@@ -54,7 +54,7 @@ class Prepared:
     overflow: list[WorkspaceFile] = field(default_factory=list)   # one file: the alert card
     skipped: list[str] = field(default_factory=list)              # several: named, offered analysis
     files: list[FileBlock] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)              # named, not there; the model is told
+    missing: list[filenames.Missing] = field(default_factory=list)   # asked about, not readable; the model is told
     plan: dict | None = None          # the alert card's plan, made before the session's lock (turns.send)
 
     @property
@@ -245,12 +245,14 @@ def chat_budget(sizing: Sizing, model: str) -> Budget:
                       sizing.models.memory_window(model), counter=counter, template=template)
 
 
-def prepare_files(sizing: Sizing, text: str, model: str, allow_missing: bool = False) -> Prepared:
+def prepare_files(sizing: Sizing, text: str, model: str, allow_missing: bool = False,
+                  read_files: bool = True) -> Prepared:
     """The part of a turn that reads files: the budget of the system prompt, the message and the
     files it names, each file sized, read if it fits, or routed to the card.  It does not depend
     on the session, so ``turns.send`` runs it before taking the session's lock (issue 23).
     ``allow_missing``: a named file that is not there is sent as missing (the model is told),
-    not refused (the card's "Send without it")."""
+    not refused (the card's "Send without it").  ``read_files`` False: no word is taken for a file (the
+    one tap that undoes the guess: "Send again without them")."""
     config = sizing.config
     budget = chat_budget(sizing, model)
     system = system_prompt(config, config.workspace_path)
@@ -259,19 +261,25 @@ def prepare_files(sizing: Sizing, text: str, model: str, allow_missing: bool = F
     budget.components["message"] = budget.messages_cost([{"content": text}])
     _refuse_too_long(budget)
     prepared = Prepared(model, text, [], budget, cap=config.chat.reply_tokens)
-    _add_files(sizing, prepared, text, allow_missing)
+    if read_files:
+        _add_files(sizing, prepared, text, allow_missing)
+    else:
+        prepared.notices.append(WITHOUT_FILES)
     return prepared
 
 
+WITHOUT_FILES = "Sent without reading the files its words name, as you asked."
+
+
 def prepare(sizing: Sizing, past: list[fountain.Turn], text: str, model: str, retrying: bool = False,
-            files: Prepared | None = None, allow_missing: bool = False) -> Prepared:
+            files: Prepared | None = None, allow_missing: bool = False, read_files: bool = True) -> Prepared:
     """Budget the turn and build its request, or say why it cannot be sent.
 
     ``retrying``: the turn asks the last one again (Regenerate, Edit); its exchange is left
     out of the history.  ``files``: ``prepare_files`` ran already for this text and model
     (outside the session's lock); only the history is added here."""
     config = sizing.config
-    prepared = files or prepare_files(sizing, text, model, allow_missing)
+    prepared = files or prepare_files(sizing, text, model, allow_missing, read_files)
     budget = prepared.budget
     system = system_prompt(config, config.workspace_path)
     history, prepared.left_out_turns = fit_past(budget, system, past, retrying)
@@ -308,8 +316,7 @@ def _add_files(sizing: Sizing, prepared: Prepared, text: str, allow_missing: boo
     config = sizing.config
     named = Workspace(config.workspace_path).named(text)
     files = named.found
-    prepared.notices.extend(named.problems)
-    _missing(config, prepared, named.missing, allow_missing)
+    _not_read(config, prepared, named, allow_missing)
     budget = prepared.budget
     for wf in files:
         _refuse_unreadable(wf)
@@ -343,23 +350,29 @@ def _add_files(sizing: Sizing, prepared: Prepared, text: str, allow_missing: boo
                                 f"{'were' if n > 1 else 'was'} not included: {', '.join(prepared.skipped)}")
 
 
-def _missing(config, prepared: Prepared, missing: list[filenames.Missing], allow_missing: bool) -> None:
-    """A named file that is not in the workspace is never sent as if it were (issue 33): the turn
-    is refused with its name and near match, or (``allow_missing``) the model is told plainly."""
-    if not missing:
-        return
-    if not allow_missing:
-        raise TurnRefused("missing_file", filenames.missing_text(missing, config.workspace))
-    prepared.missing.extend(m.name for m in missing)
-    names = ", ".join(prepared.missing)
-    prepared.notices.append(f"Not in the workspace: {names}. Sent without it; the model was told it is not available.")
-    prepared.budget.reserve("message", prepared.budget.estimate(_missing_note(prepared.missing)))   # the note's room
+def _not_read(config, prepared: Prepared, named, allow_missing: bool) -> None:
+    """Names the message gives that cannot be read (issue 41).  A name the user asked about that is not
+    in the workspace, or lies outside it, stops the turn with its near match (the model would invent
+    it), unless ``allow_missing`` (the card's "Send without it"): then the model is told only that the
+    file could not be read.  Names given in passing change nothing the model sees.  Either way one
+    notice under the turn says what was not read."""
+    if named.missing and not allow_missing:
+        kind = "outside_file" if all(m.outside for m in named.missing) else "missing_file"
+        raise TurnRefused(kind, filenames.missing_text(named.missing, config.workspace))
+    prepared.missing.extend(named.missing)
+    note = named.notice(sent_without=prepared.missing)
+    if note:
+        prepared.notices.append(note)
+    if prepared.missing:
+        prepared.budget.reserve("message", prepared.budget.estimate(_missing_note(prepared.missing)))   # its room
 
 
-def _missing_note(missing: list[str]) -> str:
-    """What the model is told of named files that are not there: plainly, so it does not invent them."""
-    return (f"\n\n[Note: the file(s) {', '.join(missing)} named above are not available: there is no such "
-            "file, so its content is unknown. Do not guess it; say it is not available.]")
+def _missing_note(missing: list[filenames.Missing]) -> str:
+    """What the model is told of files the user asked about that could not be read: only that, so it
+    neither invents them nor refuses the question."""
+    said = ", ".join(f"{m.name} ({'outside the workspace' if m.outside else 'no such file in the workspace'})"
+                     for m in missing)
+    return f"\n\n[Note: {'this file' if len(missing) == 1 else 'these files'} could not be read: {said}.]"
 
 
 def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: int) -> bool:

@@ -20,7 +20,7 @@ from ..analysis.job import InvalidTransition
 from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
 from ..render import MarkdownStream
-from ..routing import split_mention
+from ..routing import split_mention, unrouted
 from ..sessions import fountain, names, notes
 from ..sessions.store import Session
 from . import prepare, replies
@@ -94,14 +94,16 @@ def resend(svc, name: str, turn: int, model: str | None = None, text: str | None
                             allow_missing=allow_missing)
 
 
-def regenerate(svc, name: str, turn: int, model: str | None = None) -> Outcome:
-    """Ask the last message again (with ``model``): a new turn that replaces it in the history."""
+def regenerate(svc, name: str, turn: int, model: str | None = None, read_files: bool = True) -> Outcome:
+    """Ask the last message again (with ``model``): a new turn that replaces it in the history.
+    ``read_files`` False: without the files its words name (the file chips' one tap, issue 41)."""
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
         if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
             raise Conflict("Only the last reply can be regenerated; this one is no longer the last.")
-        return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False))
+        return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False),
+                            read_files=read_files)
 
 
 def _declined(svc, job) -> bool:
@@ -162,17 +164,18 @@ def _files_first(svc, name: str, text: str, model: str | None, allow_missing: bo
 
 
 def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, ready: _Ready | None,
-              allow_missing: bool = False):
+              allow_missing: bool = False, read_files: bool = True):
     """The turn's request: the files from ``ready`` when they were made for these words and model."""
     if ready is None or (ready.text, ready.model, ready.allow_missing) != (rest, model, allow_missing):
-        return prepare.prepare(svc.sizing, session.turns, rest, model, retrying=retrying, allow_missing=allow_missing)
+        return prepare.prepare(svc.sizing, session.turns, rest, model, retrying=retrying, allow_missing=allow_missing,
+                               read_files=read_files)
     if ready.error is not None:
         raise ready.error
     return prepare.prepare(svc.sizing, session.turns, rest, model, retrying=retrying, files=ready.files)
 
 
 def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
-                 ready: _Ready | None = None, allow_missing: bool = False) -> Outcome:
+                 ready: _Ready | None = None, allow_missing: bool = False, read_files: bool = True) -> Outcome:
     """Under the session's lock: route, budget, then record the turn once and start its work."""
     name = session.name
     model = model or session_model(svc.sizing, session)
@@ -181,11 +184,14 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         turn.notes.append(retry_note)
     index = len(session.turns)
     try:
-        mentioned, rest = split_mention(text, svc.models.models())
+        installed = svc.models.models()
+        mentioned, rest = split_mention(text, installed)
+        if mentioned is None and (stray := unrouted(text, installed)):
+            turn.notes.append(notes.notice(stray))
         if mentioned and mentioned != model:
             turn.notes.append(notes.model_switch_note(mentioned, svc.store.backend, turn.when))
         turn.model = model = mentioned or model
-        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready, allow_missing)
+        prepared = _prepared(svc, session, rest, model, retry_note is not None, ready, allow_missing, read_files)
     except (ModelError, HarveyError) as exc:
         return _refused(svc, name, turn, exc)
     turn.notes.extend(notes.notice(n) for n in prepared.notices)

@@ -164,7 +164,8 @@ def regenerate(name: str, turn: int):
     """Ask the last message again (with the model picked now): a new turn that replaces it in the history."""
     _load(name)
     try:
-        return _render(turns.regenerate(services(), name, turn, request.form.get("model") or None))
+        return _render(turns.regenerate(services(), name, turn, request.form.get("model") or None,
+                                        read_files=request.form.get("files") != "0"))
     except Busy as exc:
         return _busy_card(name, exc)
     except Conflict as exc:

@@ -17,8 +17,10 @@ ERROR_TEXTS = {
     "context_exceeded": ("Too long for the model", "Shorten the message or start a new session."),
     "unknown_model": ("Unknown model", "Use an installed model's name after @, or {install}."),
     "too_long": ("Message too long", "Shorten it, or name a file instead of pasting it."),
-    "missing_file": ("No such file", "Send it with the file suggested, or without it (the model is told it "
-                                     "is not available). Attach adds a file to the workspace."),
+    "missing_file": ("No such file", "Send it with the file suggested, or without it (the model is told the file "
+                                     "could not be read). Attach adds a file to the workspace."),
+    "outside_file": ("Outside the workspace", "Harvey reads only the files in its workspace: attach the file, or "
+                                              "send the message without it (the model is told it could not be read)."),
     "unreadable_file": ("The file is not text", "Name a text, Markdown, HTML, source, PDF or Word file."),
     "no_text_layer": ("The PDF has no text", "It is a scan: run OCR on it (for example ocrmypdf) and name the result."),
     "encrypted": ("The PDF is encrypted", "Save a copy without the password and name that."),
@@ -53,4 +55,5 @@ def error_view(kind: str, detail: str, api: str = "native") -> dict:
 
 
 # Cards whose message would fail the same way again: no "Re-send this message" (issue 33).
-NOT_RESENT = frozenset({"unreadable_file", "no_text_layer", "encrypted", "damaged", "missing_file"})
+NOT_RESENT = frozenset({"unreadable_file", "no_text_layer", "encrypted", "damaged", "missing_file",
+                        "outside_file"})

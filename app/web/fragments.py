@@ -83,7 +83,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     view.cut = read.cut if turn.reply is not None else 0
     if read.error:
         view.error = error_view(*read.error, api=api)
-        if view.error["kind"] == "missing_file":
+        if view.error["kind"] in ("missing_file", "outside_file"):
             view.error["fix"] = missing_fix(turn.user_text or "", view.error["detail"])
         view.partial_kept = bool(turn.reply)
     view.interrupted = read.interrupted or (NEVER_FINISHED if _never_finished(turn, read, session, index) else "")

@@ -1,0 +1,322 @@
+"""Issue 41: a pasted link, log, trace or command is never stopped as "No such file"; what the user asks
+about is read, or said to be missing.
+
+The guess (``app/filenames.py``, which words name a workspace file and whether the user asked about it)
+is run over a labelled corpus of realistic messages written for this (``data/mentions/messages.yaml``:
+links, domains, traces, logs, shell sessions, code, config, remarks, and names in every form the README
+allows) and its precision and recall are printed and pinned here (style-examples §18).  A third of the
+corpus also goes end to end: through waitress to a scripted Ollama, checking what the model was sent.
+
+Labels: ``read`` the workspace files the user's words point at (they must be read), ``missing`` names
+the user plainly asked about that are not there (the message stops with "No such file"), ``outside``
+paths outside the workspace the user asked to read (refused in those words).  Anything else in a
+message must neither stop it nor be read.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import LiveApp, make_config
+
+CORPUS = yaml.safe_load((Path(__file__).parent / "data" / "mentions" / "messages.yaml").read_text("utf-8"))
+MESSAGES = CORPUS["messages"]
+
+# What the guess must keep (measured on the corpus when it was written; a change that lowers one fails).
+PINNED = {"false_stops": 0, "read_precision": 1.0, "read_recall": 1.0, "stop_precision": 1.0, "stop_recall": 1.0}
+
+
+def _workspace_of(message: dict) -> list[str]:
+    return message.get("workspace", CORPUS["workspace"])
+
+
+def _make(root: Path, files: list[str]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"The file {name}.\n", "utf-8")
+
+
+@dataclass
+class Tally:
+    read_right: int = 0
+    read_wrong: int = 0          # read, not labelled
+    read_missed: int = 0         # labelled, not read
+    stops_right: int = 0         # a labelled missing/outside name said
+    stops_wrong: int = 0         # said, not labelled
+    stops_missed: int = 0
+    false_stops: list[str] = field(default_factory=list)      # messages that name nothing missing, stopped
+    wrong: list[str] = field(default_factory=list)
+
+    def ratio(self, right: int, other: int) -> float:
+        return right / (right + other) if right + other else 1.0
+
+
+def judge(message: dict, named) -> tuple[set, set, set, set, set, set]:
+    """(read, expected read, missing said, expected missing, outside said, expected outside)."""
+    read = {f.name for f in named.found}
+    said = {m.name for m in named.missing if not m.outside}
+    outside = {m.name for m in named.missing if m.outside}
+    return (read, set(message.get("read") or []), said, set(message.get("missing") or []),
+            outside, set(message.get("outside") or []))
+
+
+def test_the_corpus_is_what_the_issue_asks_for():
+    ids = [m["id"] for m in MESSAGES]
+    assert len(ids) == len(set(ids)), "ids are unique"
+    plain = [m for m in MESSAGES if not (m.get("read") or m.get("missing") or m.get("outside"))]
+    naming = [m for m in MESSAGES if m.get("read") or m.get("missing") or m.get("outside")]
+    assert len(MESSAGES) >= 150 and len(plain) >= 100 and len(naming) >= 50
+    for m in MESSAGES:
+        assert set(m.get("read") or []) <= set(_workspace_of(m)), m["id"]
+        assert not set(m.get("missing") or []) & set(_workspace_of(m)), m["id"]
+    kinds = {m["kind"] for m in plain}
+    assert {"link", "domain", "trace", "log", "shell", "code"} <= kinds
+
+
+def test_no_message_that_names_no_file_is_stopped_and_what_is_asked_is_read(tmp_path, capsys):
+    from app.workspace import Workspace
+
+    tally = Tally()
+    roots: dict[tuple, Path] = {}
+    for message in MESSAGES:
+        files = tuple(_workspace_of(message))
+        if files not in roots:
+            roots[files] = tmp_path / f"ws{len(roots)}"
+            _make(roots[files], list(files))
+        named = Workspace(roots[files]).named(message["text"])
+        read, want_read, said, want_said, outside, want_outside = judge(message, named)
+        tally.read_right += len(read & want_read)
+        tally.read_wrong += len(read - want_read)
+        tally.read_missed += len(want_read - read)
+        stops, want_stops = said | outside, want_said | want_outside
+        tally.stops_right += len(stops & want_stops)
+        tally.stops_wrong += len(stops - want_stops)
+        tally.stops_missed += len(want_stops - stops)
+        if stops and not want_stops:
+            tally.false_stops.append(message["id"])
+        for name, near in (message.get("suggest") or {}).items():
+            got = next((m.suggestion for m in named.missing if m.name == name), None)
+            if got != near:
+                tally.wrong.append(f"{message['id']}: suggested {got!r} for {name}, not {near!r}")
+        if (read, said, outside) != (want_read, want_said, want_outside):
+            tally.wrong.append(f"{message['id']}: read {sorted(read)} (want {sorted(want_read)}), missing "
+                               f"{sorted(said)} (want {sorted(want_said)}), outside {sorted(outside)} "
+                               f"(want {sorted(want_outside)})")
+    figures = {
+        "false_stops": len(tally.false_stops),
+        "read_precision": tally.ratio(tally.read_right, tally.read_wrong),
+        "read_recall": tally.ratio(tally.read_right, tally.read_missed),
+        "stop_precision": tally.ratio(tally.stops_right, tally.stops_wrong),
+        "stop_recall": tally.ratio(tally.stops_right, tally.stops_missed),
+    }
+    with capsys.disabled():
+        print(f"\nissue 41 corpus: {len(MESSAGES)} messages; " + ", ".join(
+            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+        for line in tally.wrong:
+            print("  " + line)
+    assert figures["false_stops"] == PINNED["false_stops"], tally.false_stops
+    for key in ("read_precision", "read_recall", "stop_precision", "stop_recall"):
+        assert figures[key] >= PINNED[key], (key, figures[key], tally.wrong)
+
+
+# -- a third of the corpus, end to end --------------------------------------------------------------
+
+THIRD = MESSAGES[::3]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """One scripted Ollama and one app per workspace the third uses."""
+    from scripted_ollama import ScriptedOllama
+
+    apps: dict[tuple, LiveApp] = {}
+    with ScriptedOllama() as scripted:
+        def app_for(files: tuple) -> LiveApp:
+            if files not in apps:
+                root = tmp_path_factory.mktemp(f"ws{len(apps)}")
+                live = LiveApp(make_config(root, scripted.url))
+                _make(Path(live.config.workspace), list(files))
+                apps[files] = live
+            return apps[files]
+        yield scripted, app_for
+        for live in apps.values():
+            live.close()
+
+
+def _wait(condition, what: str, total: float = 20.0):
+    deadline = time.monotonic() + total
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {total:g} s")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("message", THIRD, ids=[m["id"] for m in THIRD])
+def test_through_waitress(servers, message):
+    scripted, app_for = servers
+    live = app_for(tuple(_workspace_of(message)))
+    name = live.services.store.create(live.config.model_server.model).name
+    before = len(scripted.chats())
+    response = live.post(f"/s/{name}/messages", data={"message": message["text"]})
+    assert response.status_code == 200, response.text
+    page = html.unescape(response.text)
+    stops = list(message.get("missing") or []) + list(message.get("outside") or [])
+    if stops:
+        assert "No such file" in page or "Outside the workspace" in page
+        for word in stops:
+            assert f"“{word}”" in page
+        assert len(scripted.chats()) == before                      # the model never saw the message
+        return
+    assert "No such file" not in page and "Outside the workspace" not in page
+    turn = len(live.services.store.load(name).turns) - 1
+    list(live.sse(f"/s/{name}/turns/{turn}/stream"))
+    _wait(lambda: len(scripted.chats()) > before, "the chat request")
+    sent = scripted.chats()[-1].body["messages"][-1]["content"]
+    assert sent.startswith(message["text"].strip()[:200]) or message["text"].strip()[:200] in sent
+    blocks = {b.split('"', 1)[0] for b in sent.split('<file name="')[1:]}
+    assert blocks == set(message.get("read") or []), (blocks, message.get("read"))
+    assert "could not be read" not in sent                          # nothing said to the model of a name in passing
+
+
+# -- the cards and notes, through waitress -----------------------------------------------------------
+
+@pytest.fixture
+def workspace(live):
+    folder = Path(live.config.workspace)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _post(live, name: str, message: str, **form) -> str:
+    response = live.post(f"/s/{name}/messages", data={"message": message, **form})
+    assert response.status_code == 200, response.text
+    return html.unescape(response.text)
+
+
+def _finish(live, name: str) -> None:
+    turn = len(live.services.store.load(name).turns) - 1
+    assert list(live.sse(f"/s/{name}/turns/{turn}/stream"))[-1][0] == "close"
+
+
+def test_a_path_outside_the_workspace_is_refused_as_outside_and_never_read(live, scripted, workspace, tmp_path):
+    secret = tmp_path / "other" / "secret.md"
+    secret.parent.mkdir()
+    secret.write_text("The vault code is SWORDFISH-7.\n")
+    name = live.open_session()
+    page = _post(live, name, f"Summarize {secret} for me")
+    assert "Outside the workspace" in page and f"“{secret}” is outside the workspace" in page
+    assert "There is no file named" not in page and scripted.chats() == []
+    response = live.post(f"/s/{name}/turns/0/resend", data={"message": f"Summarize {secret} for me",
+                                                            "model": "tiny:1b", "missing_ok": "1"})
+    assert response.status_code == 200, response.text
+    _finish(live, name)
+    sent = scripted.chats()[-1].body["messages"][-1]["content"]
+    assert "SWORDFISH" not in sent and f"{secret} (outside the workspace)" in sent
+    turn = live.services.store.load(name).turns[-1]
+    said = [n for n in turn.notes if str(secret) in n]
+    assert len(said) == 1 and "outside the workspace" in said[0]
+
+
+def test_a_pasted_traceback_sends_with_one_notice_and_the_model_told_only_of_the_asked_file(live, scripted,
+                                                                                             workspace):
+    message = ("Traceback (most recent call last):\n"
+               '  File "/home/pi/app/main.py", line 12, in <module>\n'
+               "    run()\n"
+               '  File "/home/pi/app/scheduler.py", line 40, in run\n'
+               "    jobs = load('jobs.yaml')\n"
+               "FileNotFoundError: [Errno 2] No such file or directory: 'jobs.yaml'\n\n"
+               "What is wrong in scheduler.py?")
+    name = live.open_session()
+    page = _post(live, name, message)
+    assert "No such file" in page and "“scheduler.py”" in page and scripted.chats() == []
+    assert "“main.py”" not in page and "“jobs.yaml”" not in page and "/home/pi/app" not in page.split("No such")[1]
+    response = live.post(f"/s/{name}/turns/0/resend", data={"message": message, "model": "tiny:1b",
+                                                            "missing_ok": "1"})
+    assert response.status_code == 200, response.text
+    _finish(live, name)
+    sent = scripted.chats()[-1].body["messages"][-1]["content"]
+    note = sent[len(message):]
+    assert "scheduler.py" in note and "could not be read" in note
+    assert "main.py" not in note and "jobs.yaml" not in note and "not available" not in note
+    turn = live.services.store.load(name).turns[-1]
+    notices = [n for n in turn.notes if n.startswith("notice:")]
+    assert len(notices) == 1 and notices[0].count("scheduler.py") == 1, notices
+
+
+def test_a_pasted_link_log_and_command_go_to_the_model_untouched(live, scripted, workspace):
+    name = live.open_session()
+    message = ("But first, please read <https://www.gnu.org/licenses/why-not-lgpl.html>. Also nginx logs\n"
+               '192.168.1.20 - - [06/Dec/2026:10:00:01 +0000] "GET /static/app.css HTTP/1.1" 404 153\n'
+               "and pip install -r requirements.txt fails. Why?")
+    _post(live, name, message)
+    _finish(live, name)
+    sent = scripted.chats()[-1].body["messages"][-1]["content"]
+    assert sent == message
+    turn = live.services.store.load(name).turns[-1]
+    assert not [n for n in turn.notes if n.startswith("notice:")]
+
+
+def test_a_file_named_in_passing_gets_a_quiet_note_and_the_message_goes_untouched(live, scripted, workspace):
+    name = live.open_session()
+    message = "I renamed report.docx yesterday. Anyway, what is a good name for a cat?"
+    page = _post(live, name, message)
+    assert "No such file" not in page
+    _finish(live, name)
+    assert scripted.chats()[-1].body["messages"][-1]["content"] == message
+    page = live.get(f"/s/{name}").text
+    assert "No workspace file named report.docx; nothing was read." in html.unescape(page)
+
+
+@pytest.mark.parametrize("files,message,read,card", [
+    (["Makefile"], "What targets does the makefile define?", "Makefile", None),
+    (["Makefile"], "What targets does the Makefle define?", None, "did you mean “Makefile”?"),
+    ([], "What targets does the Makefile define?", None, "There is no file named “Makefile”"),
+    (["README.md"], "what does the readme say about updates?", "README.md", None),
+])
+def test_extensionless_names_the_user_asks_about(live, scripted, workspace, files, message, read, card):
+    for file in files:
+        (workspace / file).write_text("all:\n\techo built\n")
+    name = live.open_session()
+    page = _post(live, name, message)
+    if card:
+        assert card in page and scripted.chats() == []
+        return
+    _finish(live, name)
+    assert f'<file name="{read}">' in scripted.chats()[-1].body["messages"][-1]["content"]
+
+
+def test_a_pasted_at_rule_or_mention_is_not_a_model(live, scripted, workspace):
+    name = live.open_session()
+    message = "@import url('theme.css'); at the bottom of my stylesheet is ignored. Why?"
+    page = _post(live, name, message)
+    assert "Unknown model" not in page
+    _finish(live, name)
+    chat = scripted.chats()[-1]
+    assert chat.body["model"] == "tiny:1b" and chat.body["messages"][-1]["content"] == message
+    turn = live.services.store.load(name).turns[-1]
+    assert any("“@import” is no installed model" in n for n in turn.notes)
+
+
+def test_a_file_read_by_the_guess_is_undone_in_one_tap(live, scripted, workspace):
+    (workspace / "notes.md").write_text("# Notes\n\nBuy milk.\n")
+    name = live.open_session()
+    _post(live, name, "I keep my lists in notes.md. What is a good shopping app?")
+    _finish(live, name)
+    assert '<file name="notes.md">' in scripted.chats()[-1].body["messages"][-1]["content"]
+    page = html.unescape(live.get(f"/s/{name}").text)
+    assert "Send again without it" in page and 'hx-vals=\'{"files": "0"}\'' in page
+    response = live.post(f"/s/{name}/turns/0/regenerate", data={"files": "0", "model": "tiny:1b"})
+    assert response.status_code == 200, response.text
+    _finish(live, name)
+    sent = scripted.chats()[-1].body["messages"]
+    assert "<file name=" not in sent[-1]["content"] and len(sent) == 2       # the first exchange replaced
+    turn = live.services.store.load(name).turns[-1]
+    assert any("Sent without reading the files" in n for n in turn.notes)
