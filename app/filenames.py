@@ -87,15 +87,11 @@ _PASTED_LINE = re.compile("|".join(r"(?:%s)" % p for p in [
     # shell sessions: prompts, and lines that begin with a command only a shell runs
     r"^\s*(?:\$|%|>>>|\.\.\.|❯|➜)\s+\S",
     r"^\s*[\w.-]+@[\w.-]+(?::[^\s$#]*)?\s?[$#%]\s",
+    r"^\s*[\w.-]+@[\w.-]+\s+\S.*[>$#%❯]\s*(?:\S|$)",
+    r"^\s*(?:bash|sh|zsh|fish|sudo|ssh|git|npm|pip3?|python3?|node|go|cargo|make|just|docker|systemctl|"
+    r"journalctl|apt|apt-get|dpkg|curl|wget|tar|cp|mv|rm|ls|cat|chmod|chown|ln|mkdir|find|grep|sed|awk|nginx|"
+    r"caddy|crontab|ping|ip|mount|dd|kill|restic|rsync|ssh-keygen|docker-compose)(?:\[\d+\])?:\s",
     r"^\s*(?:PS\s+)?[A-Z]:\\[^>]*>",
-    r"^\s*(?:sudo|pip3?|pipx|python3?(?:\.\d+)?|py|npm|npx|yarn|pnpm|node|deno|git|docker(?:-compose)?|podman|"
-    r"kubectl|helm|cd|ls|ll|cat|tar|unzip|curl|wget|cmake|cargo|rustc|rustup|gcc|g\+\+|clang|javac|mvn|gradle|"
-    r"apt|apt-get|dnf|yum|pacman|brew|snap|systemctl|journalctl|chmod|chown|mkdir|rm|rmdir|cp|mv|ln|ssh|scp|"
-    r"rsync|grep|rg|sed|awk|uv|poetry|pytest|ruff|mypy|flake8|pylint|gunicorn|uvicorn|composer|gem|bundle|"
-    r"rails|rake|dotnet|certbot|crontab|ollama|conda|virtualenv|ufw|iptables|chgrp|ssh-keygen|nohup|tmux|"
-    r"screen|openssl|nginx|psql|mysql|sqlite3|redis-cli|go\s+(?:run|build|test|mod|get|install))\s+\S",
-    r"^\s*(?:find|make|head|tail|less|echo|touch|source|export|kill|ps|df|du|free|top|code|open)\s+"
-    r"(?:-\S|\S*[=$|>]|\.\S)",
     r"^\s*\.{1,2}/[\w.\-/]+(?:\s|$)",
     r"^\s*\S+(?:\s+\S+)*\s+(?:\|\s*\S|&&|\|\||2>&1)",
     # code
@@ -113,6 +109,7 @@ _PASTED_LINE = re.compile("|".join(r"(?:%s)" % p for p in [
     r"^.*[;{]\s*$",
     r"^\s*[})\]][;,)]*\s*$",
     r"^\s*\"[^\"]+\"\s*:\s*\S",
+    r"^\s*[\[{]\s*\"",
     r"^\s*<(?!\w+://)[/!?]?[A-Za-z][\w:.-]*(?:\s[^>]*)?/?>",
     r"^\s*\w[\w.\[\]\"'-]*\s*(?:=|:=|\+=|->)\s*\S",
     r"^\s*@\w+(?:\(|\s*$)",
@@ -124,6 +121,19 @@ _PASTED_LINE = re.compile("|".join(r"(?:%s)" % p for p in [
     r"^\s*[\w.-]+:\s*(?:\||>|&\w|\*\w|\[|\{|\"|'|\d|true|false|null|yes|no|on|off)\s*\S*\s*$",
     r"^\s*[\w.-]+:\s*$",
 ]))
+# Lines that begin with a command only a shell runs, unless the line reads as a sentence ("go build fails
+# after I tidied up. Can you look?").
+_COMMAND_LINE = re.compile("|".join(r"(?:%s)" % p for p in [
+    r"^\s*(?:sudo|pip3?|pipx|python3?(?:\.\d+)?|py|npm|npx|yarn|pnpm|node|deno|git|docker(?:-compose)?|podman|"
+    r"kubectl|helm|cd|ls|ll|cat|tar|unzip|curl|wget|cmake|cargo|rustc|rustup|gcc|g\+\+|clang|javac|mvn|gradle|"
+    r"apt|apt-get|dnf|yum|pacman|brew|snap|systemctl|journalctl|chmod|chown|mkdir|rm|rmdir|cp|mv|ln|ssh|scp|"
+    r"rsync|grep|rg|sed|awk|uv|poetry|pytest|ruff|mypy|flake8|pylint|gunicorn|uvicorn|composer|gem|bundle|"
+    r"rails|rake|dotnet|certbot|crontab|ollama|conda|virtualenv|ufw|iptables|chgrp|ssh-keygen|nohup|tmux|"
+    r"screen|openssl|nginx|psql|mysql|sqlite3|redis-cli|go\s+(?:run|build|test|mod|get|install))\s+\S",
+    r"^\s*(?:find|make|head|tail|less|echo|touch|source|export|kill|ps|df|du|free|top|code|open)\s+"
+    r"(?:-\S|\S*[=$|>]|\.\S)",
+]))
+_SENTENCE_LINE = re.compile(r"^[^|&<>$=`{}]*[A-Za-z][^|&<>$=`{}]*[.?!]\s*$")
 _INDENTED = re.compile(r"^(?: {4}|\t)")
 _QUOTE_LINE = re.compile(r"^\s*>")
 
@@ -148,6 +158,8 @@ def _pasted_lines(lines: list[str]) -> list[bool]:
             fence, out[i] = m.group(1), True
             continue
         if _QUOTE_LINE.match(line) or _PASTED_LINE.search(line):
+            out[i] = True
+        elif _COMMAND_LINE.search(line) and not (_SENTENCE_LINE.match(line) and len(line.split()) >= 6):
             out[i] = True
         elif _INDENTED.match(line) and (i == 0 or out[i - 1] or _BLANK.match(lines[i - 1])):
             out[i] = True
@@ -321,12 +333,19 @@ class NameIndex:
             index.by_stem.setdefault(base.split(".", 1)[0].lower(), []).append(path)
             if " " in path:
                 index.spaced.setdefault(path.rsplit(" ", 1)[-1], []).append(path)
+                if " " in base and base != path:
+                    index.spaced.setdefault(base.rsplit(" ", 1)[-1], []).append(base)
         return index
 
     def near(self, word: str) -> str:
         """The workspace name closest to a misspelt one ("" when none is close): base names for a
-        word without a folder, whole paths for a path."""
-        return near_match(word, self.paths if "/" in word else list(self.by_base))
+        word without a folder (said as the file's path when one file has that name), whole paths for
+        a path."""
+        if "/" in word:
+            return near_match(word, self.paths)
+        close = near_match(word, list(self.by_base))
+        paths = self.by_base.get(close, [])
+        return paths[0] if len(paths) == 1 else close
 
 
 def near_match(word: str, names) -> str:
@@ -370,6 +389,7 @@ OUTSIDE_RE = re.compile(r"(?<![\w.~/:\\-])((?:/|~/|\.\./)[\w.\-~/@+]*[\w~])(?![\
 QUOTED_RE = re.compile(r"""(?:"([^"\n]{1,255})"|`([^`\n]{1,255})`|[“„]([^“”\n]{1,255})[”“]|[‘‚]([^‘’\n]{1,255})[’‘]"""
                        r"""|«\s?([^»\n]{1,255}?)\s?»"""
                        r"""|(?<!\w)'([^'\n]{1,255})'(?!\w))""")
+BARE_PATH_RE = re.compile(r"(?<![\w@/~\\.:$%-])((?:[\w.\-~]+/)+[A-Za-z][\w\-]*)(?![\w/\\(-]|\.\w)")
 WORD_RE = re.compile(r"(?<![\w@.\-/~])([A-Za-z][\w\-]{2,})(?![\w\-/~]|\.\w)")
 
 _DETERMINERS = (r"(?:the|this|that|my|our|his|her|their|its|these|those|attached|uploaded|following|whole|entire|"
@@ -377,7 +397,7 @@ _DETERMINERS = (r"(?:the|this|that|my|our|his|her|their|its|these|those|attached
                 r"contents?\s+of|rest\s+of|parts?\s+of|all\s+of|each\s+of|both|named|called)")
 _DET = rf"(?:\s+(?:{_DETERMINERS}))*\s*[\"'“‘`(]?$"
 # Verbs and phrases that ask about what a file holds, wherever they stand in the sentence.
-_ASK_VERBS = (r"summari[sz]e|summary\s+of|sum\s+up|tl;?\s?dr\s+(?:of|for)|read|re-?read|open|show(?:\s+me)?|display|"
+_ASK_VERBS = (r"summari[sz]e|summary\s+of|sum\s+up|(?:walk|take|run|talk)\s+(?:me\s+|us\s+)?through|tl;?\s?dr\s+(?:of|for)|read|re-?read|open|show(?:\s+me)?|display|"
               r"print|explain|describe|review|proof-?read|analy[sz]e|analysis\s+of|check|inspect|examine|audit|"
               r"translate|rewrite|edit|fix|improve|refactor|critique|comment\s+on|compare|diff|list|extract|parse|"
               r"load|quote|cite|go\s+(?:through|over)|look\s+(?:at|over|through|into|in)|tell\s+me\s+about|"
@@ -397,6 +417,7 @@ _WEAK_BEFORE = re.compile(rf"(?:^|\W)(?:{_WEAK}){_DET}", re.I)
 _REQUEST = re.compile(r"^\W*(?:(?:please|pls|hey|hi|ok|okay|so|now|then|also|and|harvey|can|could|would|will)\b"
                       rf"[\s,]*)*(?:you\s+)?(?:{_ASK_VERBS}|{_AUX}|what|which|who|where|when|why|how|give|tell|make|write|"
                       r"help|find|get|pull|take|create|generate|draft|answer|add|append|insert|update|change|modify|"
+                      r"walk|run|talk|translate|"
                       r"i\s+(?:need|want)|let'?s)\b", re.I)
 _KIND_BEFORE = re.compile(r"(?:^|\W)(?:a|an|any|every|each|some|your|one|another|typical|usual|proper|good|"
                           r"example|sample|such|no|empty|minimal|basic|simple|standard|default|per)"
@@ -414,6 +435,11 @@ _AFTER_WHAT_IS = re.compile(r"^\s*(?:about|for|saying|doing|used\s+for)\b", re.I
 _SITE_BEFORE = re.compile(r"(?:^|\W)(?:at|on|visit|visiting|via|site|website|homepage|domain|host|hosted|go\s+to|"
                           r"over\s+at|check\s+out|docs\s+at|see|from|url|link|install\s+from|served\s+from|"
                           r"curl|ping|dig|nslookup)\s*$", re.I)
+_FOREIGN_BEFORE = re.compile(r"(?:^|\W)(?:his|her|their|someone'?s|somebody'?s|a\s+friend'?s|[A-Z]\w+'s)"
+                             rf"(?:\s+(?:{_DETERMINERS}))*\s*[\"'“‘`]?$", re.I)
+_FOREIGN_AFTER = re.compile(r"^\s+(?:of|from|in)\s+(?:his|her|their|someone|somebody|a\s+friend|another|that|this)\b",
+                            re.I)
+_OPENS = re.compile(r"^\s*(?::|—|–|-)\s*\S.*(?:\?\s*$)", re.S)
 _SENTENCE_END = re.compile(r"[.!?;](?=\s)|[\n]|[.!?]\"?$")
 _EDGE = " \t\"'`“”‘’.?!:()[]"
 
@@ -434,17 +460,24 @@ def _role(text: str, start: int, end: int, word: str, form: str) -> str:
     lead = before.rstrip()
     if _KIND_BEFORE.search(lead) and not _named_as_file(lead):
         return "other"                                     # "what goes in a robots.txt?"
+    if re.match(r"^\s*files\b", after, re.I):
+        return "other"                                     # "do people commit go.sum files?": a kind
     if _COMMAND_BEFORE.search(lead) and form != "quoted":
         return "other"                                     # "pip install -r requirements.txt"
     if re.match(r"^\s*:\s*$", after):
         return "other"                                     # "Here is my Dockerfile:" and the paste
-    if sentence.strip(_EDGE) in ("", word):
-        return "asked"                                     # the message (or its line) is the name
+    if re.sub(r"^(?:and|also|or|plus|then|what about|how about|same for)\s+", "", sentence.strip(_EDGE),
+              flags=re.I) in ("", word):
+        return "asked"                                     # the message (or its line) is the name: "And nots.md?"
     strong = bool(_ASKED_BEFORE.search(lead)) or bool(_AFTER_ASKED.match(after) and re.search(r"\bwhat\b", lead, re.I))
     if form == "outside" and not strong and not _file_path(word):
         return "other"                                     # "the permissions on /home/pi": a folder
     if form == "name" and _site_like(word):
-        return "asked" if strong else "other"              # bun.sh, python.org: a site unless plainly asked
+        return "asked" if strong else "mentioned"          # bun.sh: a site unless asked (or in the workspace)
+    if _FOREIGN_BEFORE.search(lead) or _FOREIGN_AFTER.match(after):
+        return "mentioned"                                 # "proofread the README of her project": not ours
+    if not lead.strip(_EDGE) and _OPENS.match(after):
+        return "asked"                                     # "budget.csv — biggest expense this year?"
     if strong or _AUX_START.search(lead):
         return "asked"                                     # "summarize notes.md", "does worker.py retry?"
     if _WHAT_IS.search(lead) and _AFTER_WHAT_IS.match(after):
@@ -512,15 +545,19 @@ def mentions(text: str, names: NameIndex | None = None) -> list[Mention]:
         if word in names.by_base or word in names.paths:
             add(word, start, start + len(word), "name")
     for word, start, end in quoted:
-        add(word, start, end, "quoted")
+        add(word, start, end, "outside" if word.startswith(("/", "~", "../")) else "quoted")
     for m in OUTSIDE_RE.finditer(body):
         add(m.group(1), m.start(1), m.end(1), "outside")
     for word, start in named:
         if _file_like(word, names):
             add(word, start, start + len(word), "name")
+    for m in BARE_PATH_RE.finditer(body):               # homelab/Caddyfile, docs/Makefile
+        last = m.group(1).rsplit("/", 1)[-1]
+        if m.group(1) in names.paths or last in CONVENTIONAL or last.lower() in FILE_WORDS:
+            add(m.group(1), m.start(1), m.end(1), "name")
     for m in WORD_RE.finditer(body):
         word = m.group(1)
-        if _bare_name(word, names):
+        if _bare_name(word, names) or (word.upper() in CONVENTIONAL and re.match(r"\s+file\b", body[m.end(1):], re.I)):
             add(word, m.start(1), m.end(1), "bare")
         elif word[0].isupper() and len(word) >= 5 and _bare_typo(word, names):
             if _role(body, m.start(1), m.end(1), word, "bare") == "asked":     # "the Makefle": asked only
@@ -566,7 +603,13 @@ def _name_like(inner: str) -> bool:
     suffix = PurePosixPath(words[-1]).suffix.lower().lstrip(".")
     if len(words) == 1:
         return bool(suffix) or "/" in inner or inner in CONVENTIONAL
-    return len(words) <= 6 and suffix in FILE_EXTENSIONS
+    return len(words) <= 5 and suffix in FILE_EXTENSIONS and not any(w.lower() in _FUNCTION_WORDS for w in words)
+
+
+# Words a sentence has and a file's name rarely does: quoted words with one of them are a remark.
+_FUNCTION_WORDS = frozenset("""a an the it its is are was be in on at to of for from with and or but not no
+all just my your our his her their this that these those i you we he she they me him them do does did
+should would could can will shall may might must have has had please see read open use put shove keep""".split())
 
 
 def _file_like(word: str, names: NameIndex) -> bool:
@@ -616,17 +659,16 @@ def looks_like_file(word: str) -> bool:
 
 
 def resolve_bare(word: str, names: NameIndex) -> list[str]:
-    """The workspace paths an extensionless word names: that name; a file word in any case
-    (``makefile`` -> ``Makefile``); else the one top-level file whose stem it is (``README`` ->
-    ``README.md``)."""
+    """The workspace paths an extensionless word names: that name; else the same name in another case
+    (``makefile`` -> ``Makefile``, "the license file" -> ``LICENSE``); else, for a conventional name,
+    the one top-level file whose stem it is (``README`` -> ``README.md``)."""
     exact = names.by_base.get(word)
     if exact:
         return exact
-    if word.lower() in FILE_WORDS:
-        same = [p for p in names.by_lower.get(word.lower(), []) if "." not in p.rsplit("/", 1)[-1]]
-        if same:
-            return same
-    if word.lower() in FILE_WORDS or word in CONVENTIONAL:
+    same = [p for p in names.by_lower.get(word.lower(), []) if "." not in p.rsplit("/", 1)[-1]]
+    if same:
+        return same
+    if word.lower() in FILE_WORDS or word.upper() in CONVENTIONAL:
         stems = [p for p in names.by_stem.get(word.lower(), []) if "/" not in p]
         return stems if len(stems) == 1 else []
     return []

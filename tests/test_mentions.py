@@ -25,15 +25,30 @@ import yaml
 
 from conftest import LiveApp, make_config
 
-CORPUS = yaml.safe_load((Path(__file__).parent / "data" / "mentions" / "messages.yaml").read_text("utf-8"))
-MESSAGES = CORPUS["messages"]
+DATA = Path(__file__).parent / "data" / "mentions"
+# "tuned": the messages the rules were written against; "held-out": 188 more, written by someone else after
+# the rules were done, measured once as they were (0 false stops of 106; reads precision 0.940, recall
+# 0.913; stops precision 0.920, recall 0.885), then its general misses fixed.
+CORPORA = {name: yaml.safe_load((DATA / file).read_text("utf-8"))
+           for name, file in (("tuned", "messages.yaml"), ("held-out", "held_out.yaml"))}
+for _name, _corpus in CORPORA.items():
+    for _message in _corpus["messages"]:
+        _message.setdefault("workspace", _corpus["workspace"])
+        _message["corpus"] = _name
+MESSAGES = [m for corpus in CORPORA.values() for m in corpus["messages"]]
 
-# What the guess must keep (measured on the corpus when it was written; a change that lowers one fails).
-PINNED = {"false_stops": 0, "read_precision": 1.0, "read_recall": 1.0, "stop_precision": 1.0, "stop_recall": 1.0}
+# What the guess must keep (as measured; a change that lowers one fails).
+PINNED = {"false_stops": 0, "read_precision": 0.98, "read_recall": 1.0, "stop_precision": 1.0, "stop_recall": 1.0}
+# Known misses, each named with why (style-examples §19): any other wrong message fails the test.
+KNOWN_MISSES = {
+    "filekind-compose-yaml-name": "\"Is it docker-compose.yml or compose.yaml nowadays?\" asks which name Docker "
+                                  "looks for; the workspace has homelab/docker-compose.yml, named in the user's own "
+                                  "prose, so it is read (one chip, undone in one tap)",
+}
 
 
 def _workspace_of(message: dict) -> list[str]:
-    return message.get("workspace", CORPUS["workspace"])
+    return message["workspace"]
 
 
 def _make(root: Path, files: list[str]) -> None:
@@ -41,7 +56,16 @@ def _make(root: Path, files: list[str]) -> None:
     for name in files:
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"The file {name}.\n", "utf-8")
+        if name.endswith(".pdf"):                  # a real PDF, so a message that names it is sent with it
+            from fpdf import FPDF
+
+            pdf = FPDF()
+            pdf.add_page()
+            pdf.set_font("helvetica", size=12)
+            pdf.cell(0, 10, f"The file {name}.")
+            pdf.output(str(path))
+        else:
+            path.write_text(f"The file {name}.\n", "utf-8")
 
 
 @dataclass
@@ -69,11 +93,12 @@ def judge(message: dict, named) -> tuple[set, set, set, set, set, set]:
 
 
 def test_the_corpus_is_what_the_issue_asks_for():
-    ids = [m["id"] for m in MESSAGES]
-    assert len(ids) == len(set(ids)), "ids are unique"
+    ids = [(m["corpus"], m["id"]) for m in MESSAGES]
+    assert len(ids) == len(set(ids)), "ids are unique in each corpus"
     plain = [m for m in MESSAGES if not (m.get("read") or m.get("missing") or m.get("outside"))]
     naming = [m for m in MESSAGES if m.get("read") or m.get("missing") or m.get("outside")]
     assert len(MESSAGES) >= 150 and len(plain) >= 100 and len(naming) >= 50
+    assert len(CORPORA["tuned"]["messages"]) >= 150 and len(CORPORA["held-out"]["messages"]) >= 120
     for m in MESSAGES:
         assert set(m.get("read") or []) <= set(_workspace_of(m)), m["id"]
         assert not set(m.get("missing") or []) & set(_workspace_of(m)), m["id"]
@@ -84,9 +109,10 @@ def test_the_corpus_is_what_the_issue_asks_for():
 def test_no_message_that_names_no_file_is_stopped_and_what_is_asked_is_read(tmp_path, capsys):
     from app.workspace import Workspace
 
-    tally = Tally()
+    tallies = {name: Tally() for name in CORPORA}
     roots: dict[tuple, Path] = {}
     for message in MESSAGES:
+        tally = tallies[message["corpus"]]
         files = tuple(_workspace_of(message))
         if files not in roots:
             roots[files] = tmp_path / f"ws{len(roots)}"
@@ -107,29 +133,37 @@ def test_no_message_that_names_no_file_is_stopped_and_what_is_asked_is_read(tmp_
             if got != near:
                 tally.wrong.append(f"{message['id']}: suggested {got!r} for {name}, not {near!r}")
         if (read, said, outside) != (want_read, want_said, want_outside):
-            tally.wrong.append(f"{message['id']}: read {sorted(read)} (want {sorted(want_read)}), missing "
+            tally.wrong.append(f"{message['id']}{' (known)' if message['id'] in KNOWN_MISSES else ''}: read {sorted(read)} (want {sorted(want_read)}), missing "
                                f"{sorted(said)} (want {sorted(want_said)}), outside {sorted(outside)} "
                                f"(want {sorted(want_outside)})")
-    figures = {
-        "false_stops": len(tally.false_stops),
-        "read_precision": tally.ratio(tally.read_right, tally.read_wrong),
-        "read_recall": tally.ratio(tally.read_right, tally.read_missed),
-        "stop_precision": tally.ratio(tally.stops_right, tally.stops_wrong),
-        "stop_recall": tally.ratio(tally.stops_right, tally.stops_missed),
-    }
     with capsys.disabled():
-        print(f"\nissue 41 corpus: {len(MESSAGES)} messages; " + ", ".join(
-            f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
-        for line in tally.wrong:
-            print("  " + line)
-    assert figures["false_stops"] == PINNED["false_stops"], tally.false_stops
-    for key in ("read_precision", "read_recall", "stop_precision", "stop_recall"):
-        assert figures[key] >= PINNED[key], (key, figures[key], tally.wrong)
+        print()
+        for name, tally in tallies.items():
+            figures = _figures(tally)
+            print(f"issue 41, {name} corpus: {len(CORPORA[name]['messages'])} messages; " + ", ".join(
+                f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+            for line in tally.wrong:
+                print("  " + line)
+    for name, tally in tallies.items():
+        figures = _figures(tally)
+        assert figures["false_stops"] == PINNED["false_stops"], (name, tally.false_stops)
+        for key in ("read_precision", "read_recall", "stop_precision", "stop_recall"):
+            assert figures[key] >= PINNED[key], (name, key, figures[key], tally.wrong)
+        unexplained = [line for line in tally.wrong if " (known)" not in line]
+        assert not unexplained, (name, unexplained)
+
+
+def _figures(tally: Tally) -> dict:
+    return {"false_stops": len(tally.false_stops),
+            "read_precision": tally.ratio(tally.read_right, tally.read_wrong),
+            "read_recall": tally.ratio(tally.read_right, tally.read_missed),
+            "stop_precision": tally.ratio(tally.stops_right, tally.stops_wrong),
+            "stop_recall": tally.ratio(tally.stops_right, tally.stops_missed)}
 
 
 # -- a third of the corpus, end to end --------------------------------------------------------------
 
-THIRD = MESSAGES[::3]
+THIRD = [m for corpus in CORPORA.values() for m in corpus["messages"][::3]]
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +193,7 @@ def _wait(condition, what: str, total: float = 20.0):
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("message", THIRD, ids=[m["id"] for m in THIRD])
+@pytest.mark.parametrize("message", THIRD, ids=[f"{m['corpus']}:{m['id']}" for m in THIRD])
 def test_through_waitress(servers, message):
     scripted, app_for = servers
     live = app_for(tuple(_workspace_of(message)))
@@ -170,12 +204,12 @@ def test_through_waitress(servers, message):
     page = html.unescape(response.text)
     stops = list(message.get("missing") or []) + list(message.get("outside") or [])
     if stops:
-        assert "No such file" in page or "Outside the workspace" in page
+        assert "<h2>No such file</h2>" in page or "<h2>Outside the workspace</h2>" in page
         for word in stops:
             assert f"“{word}”" in page
         assert len(scripted.chats()) == before                      # the model never saw the message
         return
-    assert "No such file" not in page and "Outside the workspace" not in page
+    assert "<h2>No such file</h2>" not in page and "<h2>Outside the workspace</h2>" not in page
     turn = len(live.services.store.load(name).turns) - 1
     list(live.sse(f"/s/{name}/turns/{turn}/stream"))
     _wait(lambda: len(scripted.chats()) > before, "the chat request")
