@@ -240,6 +240,17 @@ def _finish(live, name: str) -> None:
     assert list(live.sse(f"/s/{name}/turns/{turn}/stream"))[-1][0] == "close"
 
 
+def _sent_as_written(live, scripted, message: str) -> tuple[str, dict]:
+    """Send ``message`` in a new session: no card, the model gets it as written; (session, its chat request)."""
+    name = live.open_session()
+    page = _post(live, name, message)
+    assert "<h2>No such file</h2>" not in page and "Unknown model" not in page
+    _finish(live, name)
+    chat = scripted.chats()[-1]
+    assert chat.body["messages"][-1]["content"] == message
+    return name, chat.body
+
+
 def test_a_path_outside_the_workspace_is_refused_as_outside_and_never_read(live, scripted, workspace, tmp_path):
     secret = tmp_path / "other" / "secret.md"
     secret.parent.mkdir()
@@ -286,25 +297,16 @@ def test_a_pasted_traceback_sends_with_one_notice_and_the_model_told_only_of_the
 
 
 def test_a_pasted_link_log_and_command_go_to_the_model_untouched(live, scripted, workspace):
-    name = live.open_session()
-    message = ("But first, please read <https://www.gnu.org/licenses/why-not-lgpl.html>. Also nginx logs\n"
-               '192.168.1.20 - - [06/Dec/2026:10:00:01 +0000] "GET /static/app.css HTTP/1.1" 404 153\n'
-               "and pip install -r requirements.txt fails. Why?")
-    _post(live, name, message)
-    _finish(live, name)
-    sent = scripted.chats()[-1].body["messages"][-1]["content"]
-    assert sent == message
+    name, _ = _sent_as_written(live, scripted, (
+        "But first, please read <https://www.gnu.org/licenses/why-not-lgpl.html>. Also nginx logs\n"
+        '192.168.1.20 - - [06/Dec/2026:10:00:01 +0000] "GET /static/app.css HTTP/1.1" 404 153\n'
+        "and pip install -r requirements.txt fails. Why?"))
     turn = live.services.store.load(name).turns[-1]
     assert not [n for n in turn.notes if n.startswith("notice:")]
 
 
 def test_a_file_named_in_passing_gets_a_quiet_note_and_the_message_goes_untouched(live, scripted, workspace):
-    name = live.open_session()
-    message = "I renamed report.docx yesterday. Anyway, what is a good name for a cat?"
-    page = _post(live, name, message)
-    assert "No such file" not in page
-    _finish(live, name)
-    assert scripted.chats()[-1].body["messages"][-1]["content"] == message
+    name, _ = _sent_as_written(live, scripted, "I renamed report.docx yesterday. Anyway, what is a good name for a cat?")
     page = live.get(f"/s/{name}").text
     assert "No workspace file named report.docx; nothing was read." in html.unescape(page)
 
@@ -328,13 +330,8 @@ def test_extensionless_names_the_user_asks_about(live, scripted, workspace, file
 
 
 def test_a_pasted_at_rule_or_mention_is_not_a_model(live, scripted, workspace):
-    name = live.open_session()
-    message = "@import url('theme.css'); at the bottom of my stylesheet is ignored. Why?"
-    page = _post(live, name, message)
-    assert "Unknown model" not in page
-    _finish(live, name)
-    chat = scripted.chats()[-1]
-    assert chat.body["model"] == "tiny:1b" and chat.body["messages"][-1]["content"] == message
+    name, body = _sent_as_written(live, scripted, "@import url('theme.css'); at the bottom of my stylesheet is ignored.")
+    assert body["model"] == "tiny:1b"
     turn = live.services.store.load(name).turns[-1]
     assert any("“@import” is no installed model" in n for n in turn.notes)
 
