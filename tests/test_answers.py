@@ -85,10 +85,10 @@ def codes_live(tmp_path, scripted, make_live):
 
 
 def page_items(html: str, index: int) -> list[tuple[str, str]]:
-    """(item text, passage url) of every linked item the chat page shows under turn ``index``."""
-    block = html.split(f'id="computed-{index}"', 1)[1].split("</ol>", 1)[0]
-    return [(text, url) for url, text in re.findall(r'<li class="item"><a class="cite" href="([^"]+)"[^>]*>([^<]+)</a>',
-                                                    block)]
+    """(item text, passage url) of every linked record the chat page's table shows under turn ``index``."""
+    block = html.split(f'id="computed-{index}"', 1)[1].split("</table>", 1)[0]
+    return [(text, url) for url, text in re.findall(r'<tr class="record"><td>\d+</td>\s*<td><a class="cite" '
+                                                    r'href="([^"]+)"[^>]*>([^<]+)</a>', block)]
 
 
 def test_a_37_item_list_shows_all_37_and_the_count_though_the_synthesis_names_4(codes_live):
@@ -104,11 +104,12 @@ def test_a_37_item_list_shows_all_37_and_the_count_though_the_synthesis_names_4(
     assert turn.reply.startswith("There are 4 vault codes")             # the model's own words are kept
     computed = notes.read_computed(turn.analysis.computed)
     assert [it["text"] for it in computed.items] == [f"VC-{i:03d}" for i in range(1, 38)]
-    assert computed.count["count"] == 37 and computed.count["stated"] == 4
+    assert computed.count["count"] == 37 and computed.count["model_says"] == 4 and computed.count["op"] == "count"
     html = live.get(f"/s/{name}").text
     shown = page_items(html, 0)
     assert [t for t, _ in shown] == [f"VC-{i:03d}" for i in range(1, 38)]
-    assert "37 vault code" in html and "The model&#39;s summary says 4; the app counted 37" in html
+    assert f"37 vault codes in all {job.total} chunks of the file" in html
+    assert f"The model&#39;s answer says:</strong> 4; the app counted 37 in all {job.total} chunks" in html
     text = chunking.read_document(path).text
     for code, url in shown:                                              # each opens its passage, which holds it
         passage = live.get(url.replace("&amp;", "&"), headers={"HX-Request": "true"}).text
@@ -144,9 +145,9 @@ def test_102_records_with_numbers_give_the_exact_count_and_total(tmp_path, scrip
     assert job.total > 3                                               # several chunks, with overlap between them
     computed = notes.read_computed(recorded_turn(live, name).analysis.computed)
     expected = sum(i * 1.25 + 1000 for i in range(1, 103))
-    assert computed.count["count"] == 102 and abs(computed.count["total"] - expected) < 1e-6
+    assert computed.count["count"] == 102 and abs(computed.count["totals"]["EUR"] - expected) < 1e-6
     html = live.get(f"/s/{name}").text
-    assert f"102 records; total {answers.number_text(expected)}" in html
+    assert f"total {answers.amount_text(expected, 'EUR')} (sum of 102 values in EUR)" in html
 
 
 def test_chunks_that_disagree_show_both_versions_with_their_passages(tmp_path, scripted, make_live):
@@ -234,17 +235,19 @@ def test_merge_keeps_one_item_per_place_and_per_near_same_words():
     assert [i.text for i in items] == ["A1", "B2"]
 
 
-def test_stated_count_and_values_come_from_the_words():
-    assert answers.stated_count("There are 4 vault codes: a, b.", "vault codes") == 4
-    assert answers.stated_count("I found twelve codes.", "vault codes") == 12
-    assert answers.stated_count("Section 3 is long.", "vault codes") is None
+def test_the_models_figure_and_the_values_come_from_the_words():
+    count = {"op": "count", "target": "vault codes"}
+    assert answers.model_figure("There are 4 vault codes: a, b.", count) == 4
+    assert answers.model_figure("I found twelve codes.", count) == 12
+    assert answers.model_figure("Section 3 is long.", count) is None
+    assert answers.model_figure("In 2023 the bank added 3 vault codes [2].", count) == 3     # not the year
     text = "Record R-001 has an amount of 1,002.50 euros."
     r = ChunkResult(0, "ok", start=0, end=len(text), points=[{"point": "R-001", "quote": text, "value": 999}])
     (item,), _ = answers.merge_items([r], text)
-    assert item.value is None                       # 999 is not in the quote, and the quote has two numbers
+    assert item.value is None                       # 999 is not in the quote
     r.points[0]["value"] = 1002.5
     (item,), _ = answers.merge_items([r], text)
-    assert item.value == 1002.5
+    assert (item.value, item.unit) == (1002.5, "EUR")
 
 
 def test_computed_notes_survive_the_session_file():

@@ -1,26 +1,38 @@
-"""What an answer rests on, computed by the app rather than written by the model (issue 32).
+"""What an answer rests on, computed by the app beside the model's words (issues 32 and 40).
 
-A small model loses a long list in its synthesis (it names the last few items and counts
-those), answers from unrelated passages instead of saying it cannot, and no answer says how
-much of the file it read.  This module holds the pure parts of the fixes; the analysis calls
-them and the record keeps their results as notes (``notes``), shown at view time:
+A small model loses a long list in its synthesis, answers from unrelated passages instead of saying it
+cannot, and no answer says how much of the file it read; so the app lists, counts and totals a list
+question's records itself.  But a computed figure carries more authority than the model's, so it must
+be right, typed, only what was asked, and never overrule a right answer (issue 40).  This module holds
+the pure parts; the analysis calls them and the record keeps their results as notes (``notes``),
+shown at view time:
 
-* ``list_target``: whether an instruction asks for every X, a list, a count or a total, and X;
-* ``merge_items``: the items every chunk's structured partial answer listed, each resting on the
-  exact words it quotes, merged across chunks (the same place in the file, the same or nearly the
-  same words: the overlap two chunks share, a repeat), in the file's order, with any numbers summed;
-* ``stated_count``: the count the model's own text gives, to be checked against the app's;
-* ``point_question`` and ``versions``: a question with one answer, and the different answers the
-  chunks gave it (with their confidence and chunks);
+* ``list_target`` and ``asked``: whether an instruction asks for a list, a count ("how many", "every
+  X"), a total ("total", "net", "how much") or an average, and of what; the words that decided it are
+  kept and shown (a guess the user sees, and edits on the card's "List every" field);
+* ``typed``: an item's value and unit: the model's reading where the quote writes that number, else the
+  quote's one amount (``quantities``: never an id's digits, a year, a date, a version, a phone number);
+* ``merge_items``: the records merged by what they are (the same place, or the same name, value, unit
+  and dates: never one name within another); total and subtotal lines are no records;
+* ``file_states``: the figures the file itself states as the answer ("250 employees", "Total due");
+* ``summarize`` and ``figure_lines``: what the app states: the file's figure first, the items as what
+  they are, totals only within one unit and only when every value could be typed, over how much of
+  the file; ``model_figure``: the model's own figure, shown beside the app's when they differ;
+* ``point_question``, ``versions`` and ``same_answer``: a question with one answer, and the different
+  answers the chunks gave (one fact written two ways is one answer);
 * ``read_coverage`` / ``passages_coverage``: how much of the file an answer rests on.
+
+Every guess here is measured on the labelled cases of ``tests/data/records/`` (``test_figures_corpus``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
+from . import quantities
 from .quotes import Squashed
 
 MAX_ITEMS = 2000          # items one answer lists (a file with more: the rest are counted as cut)
@@ -39,13 +51,22 @@ _TAIL = re.compile(r"\s+(?:(?:that|which|who)\s+(?:are|is|were|was)\s+)?(?:are|i
 _LEAD = re.compile(r"^(?:the|all|every|each|of)\s+", re.I)
 
 
+_FIGURE = re.compile(r"\b(?:what(?:'s|’s|\s+is|\s+was|\s+are|\s+were)\s+the\s+(?:net\s+|grand\s+|overall\s+|final\s+)?"
+                     r"(?:total|sum|average|mean)\b|how\s+much\b(?!\s+(?:time|longer|older|bigger|more|less))|"
+                     r"(?:calculate|compute|work\s+out|give\s+me|tell\s+me)\s+the\s+(?:net\s+|grand\s+)?"
+                     r"(?:total|sum|average|mean)\b)", re.I)
+
+
 def list_target(instruction: str) -> str:
     """What an instruction asks to be listed, counted or totalled ("vault codes"), or "" when it
-    asks for no list.  ``instruction``'s ``@model`` directive does not matter (it is not matched)."""
+    asks for no list; "amounts" for a figure asked of the whole file ("What is the net total?", "How
+    much did we spend?").  ``instruction``'s ``@model`` directive does not matter (it is not matched)."""
+    if re.match(r"^\W*(?:summar\w*|describe|explain|outline|overview)\b", instruction, re.I):
+        return ""                                      # "Summarize the total picture" asks for no list
     m = _TARGET.search(instruction)
     if m is None:
-        return ""
-    what = m["what"].strip()
+        return "amounts" if _FIGURE.search(instruction) else ""
+    what = re.sub(r"^(?:the\s+)?(?:total\s+)?number\s+of\s+", "", m["what"].strip(), flags=re.I)
     what = _TAIL.sub("", what) or what
     while (lead := _LEAD.match(what)):
         what = what[lead.end():]
@@ -67,16 +88,52 @@ def point_question(instruction: str) -> bool:
     return bool(_QUESTION.match(text)) or (text.endswith("?") and len(text) <= 200)
 
 
+# -- what the question asks the app to compute ------------------------------------------------------
+
+_NUMBER_OF = re.compile(r"\b(?:how\s+many|(?:total\s+)?number\s+of|count\s+(?:of\s+)?(?:the\s+|all\s+)?)", re.I)
+_AVERAGE = re.compile(r"\b(?:average|mean|median|on\s+average)\b", re.I)
+_TOTAL = re.compile(r"\b(?:total|totals|totalled|totaled|sum|net|add(?:s|ed)?\s+up|in\s+all|altogether|combined|"
+                    r"how\s+much(?!\s+(?:time|longer|older|bigger|more|less)))\b", re.I)
+_EVERY = re.compile(r"\b(?:every|all(?:\s+of)?\s+the|all|each)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a list question asks the app to compute (issue 40): ``op`` "count" (how many, every X),
+    "total" (a total, sum or net), "average", "list" (a plain list: no figure) or "none" (not a list
+    question); ``target`` what is listed; ``words`` the question's words that decided it (shown)."""
+
+    op: str
+    target: str = ""
+    words: str = ""
+
+
+def asked(instruction: str, list_of: str | None = None) -> Ask:
+    """What ``instruction`` asks the app to compute.  ``list_of``: the card's "List every" field as the
+    user left it (None: what ``list_target`` reads; "": cleared, so nothing is computed)."""
+    target = list_target(instruction) if list_of is None else " ".join(list_of.split())
+    if not target:
+        return Ask("none")
+    for op, pattern in (("count", _NUMBER_OF), ("average", _AVERAGE), ("total", _TOTAL), ("count", _EVERY)):
+        if (m := pattern.search(instruction)):
+            return Ask(op, target, " ".join(m.group(0).split()).lower())
+    return Ask("list", target, "list")
+
+
 # -- the items of a list -----------------------------------------------------------------------
 
-_NUMBER = re.compile(r"(?<![\w.])[-−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.])[-−]?\d+(?:\.\d+)?(?![\w])")
 _DIGITS = re.compile(r"\d+")
 _WORD = re.compile(r"[\w]+")
+_TOTAL_LINE = re.compile(r"^\W*(?:sub-?\s?totals?|grand\s+totals?|totals?|sum|net\s+(?:total|amount)|amount\s+due|"
+                         r"balance|(?:closing|opening|running|new|old)\s+balance|carried\s+forward|brought\s+forward|"
+                         r"c/f|b/f)\b", re.I)
+_SUBTOTAL = re.compile(r"^\W*(?:sub-?\s?totals?|balance|(?:closing|opening|running|new|old)\s+balance|carried|brought|"
+                       r"c/f|b/f)\b", re.I)
 
 
 def numbers_in(text: str) -> list[float]:
-    """The numbers a text writes ("1,234.50" is one), in order."""
-    return [float(m.group(0).replace(",", "").replace("−", "-")) for m in _NUMBER.finditer(text)]
+    """The amounts a text writes (``quantities``: never an id's digits, a year or a date), in order."""
+    return [q.value for q in quantities.amounts(text)]
 
 
 def _norm(text: str) -> str:
@@ -84,32 +141,35 @@ def _norm(text: str) -> str:
 
 
 def near(a: str, b: str, ratio: float | None = None) -> bool:
-    """Two quotes (or items) that are the same words as far as a reader can tell: folded equal (case,
-    spaces and punctuation aside), or one holding the other (a quote cut shorter), always with the same
-    digits (record 17 and record 18 are two items however alike their words); with ``ratio``, also
-    nearly equal by letters (for short answers, never for quotes: "Aaason" and "Aabson" are two people)."""
-    return _near_folded(_norm(a), _norm(b), ratio)
-
-
-def _near_folded(a: str, b: str, ratio: float | None = None) -> bool:
-    """``near`` of two texts already folded (``_norm``)."""
+    """Two short answers that are the same words as far as a reader can tell: folded equal (case,
+    spaces and punctuation aside), always with the same digits; with ``ratio``, also nearly equal by
+    letters (never for names: "Aaason" and "Aabson" are two people)."""
+    a, b = _norm(a), _norm(b)
     if not a or not b:
         return False
     if a == b:
         return True
     if _DIGITS.findall(a) != _DIGITS.findall(b):
         return False
-    short, long = sorted((a, b), key=len)
-    if len(short) >= 4 and short in long and len(short) >= 0.5 * len(long):
-        return True
     return ratio is not None and SequenceMatcher(None, a, b, autojunk=False).ratio() >= ratio
+
+
+def name_key(name: str, instruction: str = "") -> str:
+    """An item's name as two names are compared: folded (case, spacing, punctuation), without a trailing
+    qualifier the question does not ask about ("Ann Smith (manager)", "Paris, France" -> "paris")."""
+    head = re.split(r"\s*[(,–—]|\s+-\s+", name, maxsplit=1)[0]
+    tail = name[len(head):]
+    asked_words = set(_norm(instruction).split())
+    if head.strip() and (not tail or not set(_norm(tail).split()) & asked_words):
+        name = head
+    return _norm(name)
 
 
 @dataclass
 class Item:
-    """One item of a computed list: the model's words for it, the file's words it rests on, the
-    number it carries (when its quote writes it), the chunks (1-based) that listed it and where
-    its quote lies in the document's text (-1: no quote the file holds)."""
+    """One record of a computed list: the model's words for it, the file's words it rests on, its value
+    and unit as typed (``typed``), the chunks (1-based) that listed it and where its quote lies in the
+    document's text (-1: no quote the file holds)."""
 
     text: str
     quote: str = ""
@@ -117,40 +177,51 @@ class Item:
     chunks: list[int] = field(default_factory=list)
     at: int = -1
     end: int = -1          # where its quote ends in the document's text
-    digits: tuple = field(default=(), repr=False, compare=False)   # its quote's digits (the merge's first test)
-    folded: str = field(default="", repr=False, compare=False)     # its quote (or words) folded
+    unit: str = ""
+    key: tuple = field(default=(), repr=False, compare=False)        # (name, value, unit, dates)
+    words: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     @property
     def chunk(self) -> int:
         return self.chunks[0] if self.chunks else 0
 
 
-def _value(item: dict, quote: str) -> float | None:
-    """The item's number: the model's ``value`` when its quote writes it, else the quote's only
-    number (never a number the file does not hold)."""
-    in_quote = numbers_in(quote)
-    given = item.get("value")
-    if isinstance(given, str):
-        found = numbers_in(given)
-        given = found[0] if len(found) == 1 else None
-    if isinstance(given, (int, float)) and not isinstance(given, bool):
-        if any(abs(n - float(given)) < 1e-9 for n in in_quote):
-            return float(given)
-    return in_quote[0] if len(in_quote) == 1 else None
+def typed(point: dict, quote: str, commas: bool | None = None) -> tuple[float | None, str]:
+    """A listed item's value and unit: the model's reading when the quote writes that number (its sign
+    the file's when the file writes it negative: ``-€12.50``, ``(12.50)``); else, when the model gave
+    none, the quote's one amount; else none.  Never a number the file does not hold, never an id's
+    digits, a year, a date, a version or a phone number (``quantities``)."""
+    given = quantities.number_in(point.get("value"), commas)
+    unit_given = quantities.normal_unit(point.get("unit")) or (given.unit if given is not None else "")
+    in_quote = quantities.amounts(quote, commas) if quote else []
+    if given is not None:
+        same = [q for q in in_quote if math.isclose(abs(q.value), abs(given.value), rel_tol=1e-9, abs_tol=1e-9)]
+        if not same:
+            return None, unit_given
+        value = same[0].value if same[0].value < 0 < given.value else given.value
+        return value, same[0].unit or unit_given
+    if len(in_quote) == 1:
+        return in_quote[0].value, in_quote[0].unit or unit_given
+    return None, unit_given
 
 
-def merge_items(results, text: str) -> tuple[list[Item], int]:
-    """The items of every relevant chunk's list (``ChunkResult``s with ``points`` of
-    ``{"point", "quote", "value"}``), merged: an item is the same as one before when its quote lies at
-    the same place of ``text`` or overlaps it there (the overlap two chunks share), when its quote (or,
-    without quotes, its words) folds to the same words anywhere, or when it is ``near`` an item of its
-    own chunk or the chunk before (a model's slightly different quote of the shared overlap).  In the
-    file's order (items without a place after, in chunk order).  Returns the items and how many were
-    left out over ``MAX_ITEMS``.  Linear in the items but for the near-match window (a Pi lists
-    thousands)."""
+def is_total_line(name: str, quote: str) -> bool:
+    """A line that totals others (a total, a subtotal, a balance) is a total, not a record."""
+    return bool(_TOTAL_LINE.match(name) or (quote and _TOTAL_LINE.match(quote)))
+
+
+def merge_items(results, text: str, instruction: str = "") -> tuple[list[Item], int]:
+    """The items of every relevant chunk's list (``ChunkResult``s with ``points`` of ``{"point", "quote",
+    "value", "unit"}``), merged by what they are: the same record quoted at the same place (the overlap
+    two chunks share) is one; elsewhere two items are one when their names agree once folded
+    (``name_key``: not when one contains the other) and so do their values, units and the dates their
+    quotes write: one person named in two places is one item with two passages, two payments of
+    different amounts stay two.  A line that totals others is left out (``is_total_line``; the file's
+    stated figures are ``file_states``).  In the file's order (items without a place after, in chunk
+    order).  Returns the items and how many were left out over ``MAX_ITEMS``.  Linear in the items."""
+    commas = quantities.comma_decimal(text[:200_000])
     items: list[Item] = []
-    by_place: dict[int, Item] = {}
-    by_words: dict[str, Item] = {}
+    by_key: dict[tuple, Item] = {}
     cut = 0
     for r in results:
         if not getattr(r, "relevant", True) or getattr(r, "status", "ok") != "ok":
@@ -159,51 +230,39 @@ def merge_items(results, text: str) -> tuple[list[Item], int]:
         squashed = Squashed(chunk_text) if chunk_text else None
         n = r.index + 1
         for p in r.points:
+            if p.get("stated"):
+                continue
             words = " ".join(str(p.get("point", "")).split())
             quote = " ".join(str(p.get("quote", "")).split())
-            if not words and not quote:
+            if (not words and not quote) or is_total_line(words, quote):
                 continue
             at, span = -1, (0, 0)
             if quote and squashed is not None and (spans := squashed.spans(quote)):
                 span = (r.start + spans[0][0], r.start + spans[0][1])
                 at = span[0]
-            key = ("q:" + _norm(quote)) if quote else ("w:" + _norm(words))
-            candidates = (by_place.get(at) if at >= 0 else None, by_words.get(key), _overlapping(items, span, n),
-                          _near(items, quote, words, n))
-            same = next((c for c in candidates if c is not None and alike(words, c.text)), None)
+            value, unit = typed(p, quote, commas)
+            name = name_key(words or quote, instruction)
+            dates = tuple(sorted(dates_in(quote)))
+            key = (name, value, unit, dates)
+            tokens = frozenset(name.split())
+            same = _overlapping(items, span, n, tokens) or by_key.get(key)
             if same is not None:
                 if n not in same.chunks:
                     same.chunks.append(n)
-                if same.value is None and quote:
-                    same.value = _value(p, quote)
+                if same.value is None and value is not None:
+                    same.value, same.unit = value, unit
                 continue
             if len(items) >= MAX_ITEMS:
                 cut += 1
                 continue
-            item = Item(words or quote, quote, _value(p, quote) if quote else None, [n], at)
-            item.end, item.folded = span[1], _norm(quote or words)
-            item.digits = tuple(_DIGITS.findall(item.folded))
+            item = Item(words or quote, quote, value, [n], at, span[1], unit, key, tokens)
             items.append(item)
-            by_words.setdefault(key, item)
-            if at >= 0:
-                by_place.setdefault(at, item)
+            by_key.setdefault(key, item)
     placed = sorted((i for i in items if i.at >= 0), key=lambda i: i.at)
     return placed + [i for i in items if i.at < 0], cut
 
 
-def alike(a: str, b: str) -> bool:
-    """Two names of items that may be one item: the same digits, and the same words, one within the
-    other ("VC-001" and "vault code VC-001"; never "VC-001" and "VC-002", nor "A1" and "B2" that quote
-    the same sentence)."""
-    a, b = _norm(a), _norm(b)
-    if not a or not b or a == b:
-        return True
-    if _DIGITS.findall(a) != _DIGITS.findall(b):
-        return False
-    return a in b or b in a
-
-
-NEAR_WINDOW = 400          # items of the chunk before and this one compared letter by letter
+NEAR_WINDOW = 400          # items of the chunk before and this one looked at for the shared overlap
 
 
 def _recent(items: list[Item], n: int):
@@ -213,58 +272,144 @@ def _recent(items: list[Item], n: int):
             yield item
 
 
-def _overlapping(items: list[Item], span: tuple[int, int], n: int) -> Item | None:
-    """An item whose quote's place in the file overlaps this one's (two chunks quoting their overlap)."""
+def _overlapping(items: list[Item], span: tuple[int, int], n: int, tokens: frozenset) -> Item | None:
+    """An item whose quote's place in the file overlaps this one's (two chunks quoting their overlap),
+    named alike (one name's words within the other's: "code B2" and "B2"; never "A1" and "B2" that
+    quote one sentence)."""
     if span[1] <= span[0]:
         return None
-    return next((i for i in _recent(items, n) if i.at >= 0 and i.at < span[1] and span[0] < i.end), None)
-
-
-def _near(items: list[Item], quote: str, words: str, n: int) -> Item | None:
-    """An item of this chunk or the one before whose quote (or, without quotes, words) is ``near``
-    this one's; the digits are compared first, so most items cost one tuple comparison."""
-    mine = _norm(quote or words)
-    digits = tuple(_DIGITS.findall(mine))
-    for item in _recent(items, n):
-        if bool(quote) != bool(item.quote) or item.digits != digits:
-            continue
-        if (len(item.folded) >= 4 and len(mine) >= 4 and (item.folded in mine or mine in item.folded)
-                and _near_folded(mine, item.folded)):
-            return item
+    for i in _recent(items, n):
+        if i.at >= 0 and i.at < span[1] and span[0] < i.end and (tokens <= i.words or i.words <= tokens):
+            return i
     return None
 
 
-def total_of(items: list[Item]) -> float | None:
-    """The sum of the items' numbers (None: no item carries one)."""
-    values = [i.value for i in items if i.value is not None]
-    return sum(values) if values else None
+def line_numbers(text: str, offsets: list[int]) -> dict[int, int]:
+    """The 1-based line of each offset into ``text`` (-1 offsets left out), in one pass over the text."""
+    out: dict[int, int] = {}
+    line, at = 1, 0
+    for offset in sorted(o for o in set(offsets) if o >= 0):
+        line += text.count("\n", at, offset)
+        at = offset
+        out[offset] = line
+    return out
+
+
+def file_states(results, text: str, ask: Ask) -> list[dict]:
+    """The figures the file itself states as the answer (issue 40: "Northwind has 250 employees",
+    "Total due: €4,247.25"): each chunk's ``stated`` entries and, for a total, its total lines (not its
+    subtotals or balances), each kept only where its quote is the chunk's and writes that value.
+    [{"value", "unit", "chunk", "quote"}], one per value and unit, in the file's order."""
+    if ask.op not in ("count", "total", "average"):
+        return []
+    commas = quantities.comma_decimal(text[:200_000])
+    out: list[dict] = []
+    for r in results:
+        if not getattr(r, "relevant", True) or getattr(r, "status", "ok") != "ok":
+            continue
+        chunk_text = text[r.start:r.end] if r.end > r.start else ""
+        for p in r.points:
+            words = " ".join(str(p.get("point", "")).split())
+            quote = " ".join(str(p.get("quote", "")).split())
+            wanted = p.get("stated") or (ask.op == "total" and is_total_line(words, quote)
+                                         and not _SUBTOTAL.match(words) and not _SUBTOTAL.match(quote))
+            if not wanted or not quote or not Squashed(chunk_text).find(quote):
+                continue
+            value, unit = typed(p, quote, commas)
+            if value is None or any(s["value"] == value and s["unit"] == unit for s in out):
+                continue
+            out.append({"value": value, "unit": unit, "chunk": r.index + 1, "quote": quote})
+    return out
+
+
+def summarize(items: list[Item], states: list[dict], ask: Ask, read: int, chunks: int, cut: int = 0) -> dict:
+    """What the app states beside the model's answer (recorded as the scene's ``chunk-count`` note):
+    the ask, the distinct items, for a total or an average the figure per unit (only when every item
+    has a value the app could type: else none, and how many have none), the file's own stated figures,
+    and how much of the file was read."""
+    out = {"op": ask.op, "target": ask.target, "words": ask.words, "count": len(items), "cut": cut,
+           "read": read, "chunks": chunks, "file_states": states, "totals": {}, "values": {}, "untyped": 0,
+           "model_says": None}
+    if ask.op in ("total", "average"):
+        untyped = [i for i in items if i.value is None]
+        out["untyped"] = len(untyped)
+        by_unit: dict[str, list[float]] = {}
+        for i in items:
+            if i.value is not None:
+                by_unit.setdefault(i.unit, []).append(i.value)
+        out["values"] = {u: len(v) for u, v in by_unit.items()}
+        if by_unit and not untyped:
+            out["totals"] = {u: round(sum(v) / (len(v) if ask.op == "average" else 1), 10) for u, v in by_unit.items()}
+    return out
 
 
 def number_text(value: float) -> str:
-    """1234.5 -> "1,234.5"; 37.0 -> "37"."""
+    """1234.5 -> "1,234.5"; 37.0 -> "37"; 12.25 -> "12.25"."""
     if abs(value - round(value)) < 1e-9:
         return f"{round(value):,}"
     return f"{value:,.6f}".rstrip("0").rstrip(".")
 
 
-_WORDS_NUMBERS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven "
-                                             "twelve".split())}
-_STATED = re.compile(r"\b(?:there\s+(?:are|were|is)\s+|(?:a\s+)?total\s+of\s+|found\s+|lists?\s+|contains?\s+|"
-                     r"holds?\s+|counted\s+)?(?<![\w\-.,])(?P<n>\d[\d,]*|zero|one|two|three|four|five|six|seven|eight|nine|ten|"
-                     r"eleven|twelve)\s+(?:(?:different|distinct|unique|separate|such|\w+)\s+){0,2}?(?P<noun>\w+)",
-                     re.I)
+_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£", "JPY": "¥", "INR": "₹"}
 
 
-def stated_count(text: str, target: str) -> int | None:
-    """The count the model's text gives for ``target`` ("There are 4 vault codes" -> 4), None when it
-    gives none: a number written before one of the target's words (singular or plural)."""
-    stems = {w.casefold().rstrip("s") for w in _WORD.findall(target) if len(w) > 2} | {"item", "entr", "entrie",
-                                                                                        "record", "one"}
-    for m in _STATED.finditer(text):
-        noun = m["noun"].casefold()
-        if noun.rstrip("s") in stems or noun.removesuffix("ies") in stems:
-            n = m["n"].casefold().replace(",", "")
-            return _WORDS_NUMBERS[n] if n in _WORDS_NUMBERS else int(n)
+def amount_text(value: float, unit: str = "") -> str:
+    """A value with its unit as a reader writes it: "€4,247.25", "-€12.5", "110 mg", "20 %", "3"."""
+    if unit in _SYMBOLS:
+        money = f"{abs(value):,.2f}" if abs(value - round(value, 2)) < 1e-9 and value != round(value) else number_text(abs(value))
+        return ("-" if value < 0 else "") + _SYMBOLS[unit] + money
+    return number_text(value) + (f" {unit}" if unit else "")
+
+
+_WORDS_NUMBERS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                             "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
+                                             "twenty".split())}
+_COUNT_NEAR = re.compile(r"\b(?:there\s+(?:are|were|is)|total\s+of|found|lists?|listed|contains?|holds?|has|have|had|"
+                         r"counted|names?|named|employs?|employed|in\s+all|in\s+total|altogether)\b", re.I)
+_TOTAL_NEAR = re.compile(r"\b(?:total|sum|net|comes?\s+to|came\s+to|amounts?\s+to|adds?\s+up\s+to|added\s+up\s+to|"
+                         r"in\s+all|altogether|combined|overall|average|mean)\b", re.I)
+
+
+def model_figure(text: str, summary: dict) -> float | None:
+    """The figure the model's answer gives for what the app computes (None when it gives none): for a
+    count, a number that counts the target ("There are 4 vault codes", "Northwind has 250 employees",
+    "twelve codes"; never a year, a date, an id or a chunk number); for a total or an average, an
+    amount in one of the units summed ("a total of 110 mg"), the one nearest words such as "total"."""
+    op, target = summary.get("op"), summary.get("target") or ""
+    if op == "count":
+        return _model_count(text, target)
+    if op in ("total", "average"):
+        units = set(summary.get("totals") or {}) | {s.get("unit", "") for s in summary.get("file_states") or []}
+        found = [q for q in quantities.amounts(_without_citations(text)) if q.unit in units or (not units and q.unit)]
+        if not found:
+            return None
+        near_word = [q for q in found if _TOTAL_NEAR.search(text[max(0, q.start - 40):q.start])]
+        return (near_word or found)[0].value
+    return None
+
+
+def _without_citations(text: str) -> str:
+    """The answer without its [3] chunk markers (same length: offsets kept)."""
+    return re.sub(r"\[\d+(?:\s*[,–-]\s*\d+)*\]", lambda m: " " * len(m.group(0)), text)
+
+
+def _model_count(text: str, target: str) -> float | None:
+    stems = {w.casefold().rstrip("s") for w in _WORD.findall(target) if len(w) > 2}
+    stems |= {w[:-3] for w in stems if w.endswith("ie")} | {"item", "entr", "entrie", "record", "one", "people",
+                                                            "person", "member", "staff"}
+    clean = _without_citations(text)
+    candidates = [(q.start, q.end, q.value) for q in quantities.quantities(clean) if q.kind == "amount" and not q.unit]
+    candidates += [(m.start(), m.end(), float(_WORDS_NUMBERS[m.group(0).casefold()]))
+                   for m in re.finditer(r"\b(?:" + "|".join(_WORDS_NUMBERS) + r")\b", clean, re.I)]
+    for start, end, value in sorted(candidates):
+        if value < 0 or value != int(value) or re.search(r"(?:chunks?|sections?|pages?|passages?)\s*$",
+                                                         clean[max(0, start - 12):start], re.I):
+            continue
+        after = [w.casefold() for w in _WORD.findall(clean[end:end + 60])[:4]]
+        nouns = [w for w in after if w.rstrip("s") in stems or w.removesuffix("ies") in stems
+                 or w.removesuffix("es") in stems]
+        if nouns or _COUNT_NEAR.search(clean[max(0, start - 30):start]) and after and after[0].rstrip("s") in stems:
+            return value
     return None
 
 
@@ -278,13 +423,60 @@ def plural(target: str, n: int) -> str:
 
 
 def count_line(count: int, target: str, total: float | None, valued: int, stated: int | None, cut: int) -> str:
-    """The computed count as the answer shows it (and the scene's ``chunk-count`` note says)."""
+    """The count line of an answer recorded before issue 40 (its ``chunk-count`` note has no "op")."""
     line = f"{count:,} {plural(target or 'item', count)}" + (f" (and {cut:,} more not kept)" if cut else "")
     if total is not None:
         line += f"; total {number_text(total)}" + (f" over the {valued:,} that carry a number" if valued < count else "")
     if stated is not None and stated != count:
         line += f". The model's summary says {stated:,}; the app counted {count:,} in the chunks' answers"
     return line
+
+
+def figure_lines(summary: dict) -> list[tuple[str, str]]:
+    """What the answer's box says of a summary (``summarize``), as (label, words) lines: what the file
+    states, what the app counted or computed and over what, and the model's own figure when it
+    differs, with why.  Nothing is stated that the app could not type; a partial read says so."""
+    op, target, count = summary.get("op"), summary.get("target") or "item", int(summary.get("count") or 0)
+    read, chunks = int(summary.get("read") or 0), int(summary.get("chunks") or 0)
+    where = (f"in the {read:,} of {chunks:,} chunks read" if read < chunks else
+             f"in all {chunks:,} chunk{'s' if chunks != 1 else ''} of the file") if chunks else "in the file"
+    things = plural(target, count)
+    lines: list[tuple[str, str]] = []
+    states = summary.get("file_states") or []
+    for s in states:
+        lines.append(("The file states", f"{amount_text(s['value'], s.get('unit', ''))} (chunk {s.get('chunk')}: "
+                                         f"“{s.get('quote', '')}”)"))
+    cut = int(summary.get("cut") or 0)
+    more = f" (and {cut:,} more not kept)" if cut else ""
+    reference = states[0]["value"] if states else None
+    if op == "count" or op == "list":
+        if states:
+            lines.append(("Listed", f"{count:,} {things} are named {where}{more}"))
+        elif op == "count":
+            lines.append(("Counted by the app", f"{count:,} {things} {where}{more}"))
+            reference = count
+    elif op in ("total", "average"):
+        lines.append(("Listed", f"{count:,} {things} {where}{more}"))
+        untyped = int(summary.get("untyped") or 0)
+        totals = summary.get("totals") or {}
+        if untyped:
+            lines.append(("No " + ("total" if op == "total" else "average"),
+                          f"{untyped:,} of the {count:,} {things} carry no value the app could read"))
+        elif totals:
+            what = "sum" if op == "total" else "mean"
+            said = [f"{'total' if op == 'total' else 'average'} {amount_text(v, u)} ({what} of "
+                    f"{summary['values'].get(u, 0):,} value{'s' if summary['values'].get(u, 0) != 1 else ''}"
+                    f"{' in ' + u if u else ''})" for u, v in totals.items()]
+            label = "Computed by the app" if not states else "The items listed add up to"
+            lines.append((label, "; ".join(said) + ("; not added together: different units" if len(totals) > 1 else "")))
+            if reference is None and len(totals) == 1:
+                reference = next(iter(totals.values()))
+    says = summary.get("model_says")
+    if says is not None and reference is not None and not math.isclose(says, reference, rel_tol=1e-9, abs_tol=1e-6):
+        basis = (f"the file states {number_text(reference)}" if states else
+                 f"the app {'counted' if op == 'count' else 'computed'} {number_text(reference)} {where}")
+        lines.append(("The model's answer says", f"{number_text(says)}; {basis}"))
+    return lines
 
 
 # -- disagreeing answers ---------------------------------------------------------------------------
@@ -299,14 +491,14 @@ class Version:
 
 
 def versions(results) -> list[Version]:
-    """The different short answers the relevant chunks gave (near-same answers merged), most
-    confident first; one version (or none) means they agree."""
+    """The different short answers the relevant chunks gave (the same answer written differently merged:
+    ``same_answer``), most confident first; one version (or none) means they agree."""
     out: list[Version] = []
     for r in results:
         answer = " ".join(str(getattr(r, "answer", "") or "").split())
         if not getattr(r, "relevant", True) or not answer:
             continue
-        same = next((v for v in out if near(v.answer, answer, ratio=0.85)), None)
+        same = next((v for v in out if same_answer(v.answer, answer)), None)
         if same is None:
             out.append(Version(answer, [r.index + 1], r.confidence))
         else:
@@ -314,6 +506,67 @@ def versions(results) -> list[Version]:
             if r.confidence is not None and (same.confidence is None or r.confidence > same.confidence):
                 same.confidence = r.confidence
     return sorted(out, key=lambda v: -(v.confidence if v.confidence is not None else -1))
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Two short answers that say one thing written two ways: the same date ("3 March 2021", "March 3,
+    2021", "2021-03-03"), the same amount ("1,200" and "1200", "£1.2m" and "£1,200,000"), the same words
+    (case, spacing, punctuation aside, or nearly so), or one the other's head before a qualifier
+    ("Paris" and "Paris, France")."""
+    if near(a, b, ratio=0.85):
+        return True
+    da, db = dates_in(a, whole=True), dates_in(b, whole=True)
+    if da and db:
+        return bool(da & db)
+    qa, qb = quantities.amounts(a), quantities.amounts(b)
+    if len(qa) == 1 and len(qb) == 1 and _only_number(a, qa[0]) and _only_number(b, qb[0]):
+        return math.isclose(qa[0].value, qb[0].value) and (qa[0].unit == qb[0].unit or not qa[0].unit or not qb[0].unit)
+    ka, kb = name_key(a), name_key(b)
+    return bool(ka) and ka == kb
+
+
+def _only_number(text: str, q) -> bool:
+    rest = (text[:q.start] + text[q.end:]).strip(" .,;:")
+    return len(rest.split()) <= 1
+
+
+_MONTH_NUMBERS = {m: i for i, names in enumerate((("jan", "january"), ("feb", "february"), ("mar", "march"),
+                  ("apr", "april"), ("may",), ("jun", "june"), ("jul", "july"), ("aug", "august"),
+                  ("sep", "sept", "september"), ("oct", "october"), ("nov", "november"), ("dec", "december")), 1)
+                  for m in names}
+_D_MONTH_Y = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\.?\s+([A-Za-z]+)\.?,?\s+(\d{4})\b")
+_MONTH_D_Y = re.compile(r"\b([A-Za-z]+)\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b")
+_ISO = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b")
+_NUMERIC = re.compile(r"\b(\d{1,2})[./](\d{1,2})[./](\d{4})\b")
+
+
+def dates_in(text: str, whole: bool = False) -> set[str]:
+    """The dates ``text`` writes, as ISO days (a numeric day/month gives both readings); with ``whole``,
+    only when the text is one date and little else (a short answer)."""
+    found: set[str] = set()
+    spans = []
+    for m in _D_MONTH_Y.finditer(text):
+        if (mo := _MONTH_NUMBERS.get(m.group(2).lower())):
+            found.add(f"{m.group(3)}-{mo:02d}-{int(m.group(1)):02d}")
+            spans.append(m.span())
+    for m in _MONTH_D_Y.finditer(text):
+        if (mo := _MONTH_NUMBERS.get(m.group(1).lower())):
+            found.add(f"{m.group(3)}-{mo:02d}-{int(m.group(2)):02d}")
+            spans.append(m.span())
+    for m in _ISO.finditer(text):
+        found.add(f"{m.group(1)}-{int(m.group(2)):02d}-{int(m.group(3)):02d}")
+        spans.append(m.span())
+    for m in _NUMERIC.finditer(text):
+        d, mo, y = int(m.group(1)), int(m.group(2)), m.group(3)
+        found |= {f"{y}-{mo:02d}-{d:02d}" if mo <= 12 else "", f"{y}-{d:02d}-{mo:02d}" if d <= 12 else ""} - {""}
+        spans.append(m.span())
+    if whole and found:
+        rest = text
+        for a, b in sorted(spans, reverse=True):
+            rest = rest[:a] + rest[b:]
+        if len(_WORD.findall(rest)) > 3:
+            return set()
+    return found
 
 
 def conflict_note(found: list[Version]) -> str:

@@ -327,9 +327,11 @@ class Execution:
             answer = self._synthesize(job, relevant, missing, **computed)
             if answer is None:
                 return
-        stated = answers.stated_count(answer, job.list_of) if job.list_of and relevant else None
+        figures = job.figures
+        if figures and relevant:        # the model's own figure, read from its words (never rewritten)
+            figures = {**figures, "model_says": answers.model_figure(answer, figures)}
         answer += record.coverage_note(job)
-        self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), stated=stated)
+        self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), figures=figures)
         self.steps.finish(job, answer, "ok")
 
     def _computed(self, job: Job, doc: chunking.Document, answered, relevant) -> dict:
@@ -343,10 +345,15 @@ class Execution:
             "; ".join(notes.where(span) for span in job.unread))}
         task, note = job.task, ""
         if job.list_of:
-            items, changes["items_cut"] = answers.merge_items([r for _, r in relevant], text)
-            changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "chunks": i.chunks, "at": i.at}
-                                for i in items]
-            task = mapreduce.list_reduce_task(job.task, job.list_of, len(items))
+            results = [r for _, r in relevant]
+            items, changes["items_cut"] = answers.merge_items(results, text, job.task)
+            lines = answers.line_numbers(text, [i.at for i in items])
+            changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "unit": i.unit, "chunks": i.chunks,
+                                 "at": i.at, "line": lines.get(i.at)} for i in items]
+            ask = answers.asked(job.task, job.list_of)
+            changes["figures"] = answers.summarize(items, answers.file_states(results, text, ask), ask,
+                                                   len(answered), job.file_chunks, changes["items_cut"])
+            task = mapreduce.list_reduce_task(job.task, job.list_of, len(items), len(answered), job.file_chunks)
         elif answers.point_question(job.task):
             found = answers.versions([r for _, r in relevant])
             changes["versions"] = [dataclasses.asdict(v) for v in found] if len(found) > 1 else []

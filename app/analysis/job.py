@@ -210,8 +210,11 @@ class Job:
     list_of: str = ""
     items: list[dict] = field(default_factory=list)
     items_cut: int = 0
-    stated: int | None = None
+    stated: int | None = None        # (before issue 40; ``figures["model_says"]`` since)
     versions: list[dict] = field(default_factory=list)
+    # Issue 40: what the app states beside the answer (``answers.summarize``): the ask, the count, the
+    # totals per unit, the file's own stated figures, how much was read, the model's own figure.
+    figures: dict = field(default_factory=dict)
     coverage: str = ""
     # Self-Route (issue 32): whether the passages held the answer (the model's own verdict), and for a
     # whole-file read that replaces a passages answer, that answer's words (kept in the record).

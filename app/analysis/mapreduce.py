@@ -253,7 +253,8 @@ def _line(text: str) -> str:
 
 def render_points(points: list[dict], confidence: int | None) -> str:
     """Points as plain lines (the card's partial answer)."""
-    lines = [f"- {p['point']}" + (f" (“{_line(p['quote'])}”)" if p.get("quote") else "") for p in points]
+    lines = [f"- the chunk states: “{_line(p['quote'])}”" if p.get("stated") else
+             f"- {p['point']}" + (f" (“{_line(p['quote'])}”)" if p.get("quote") else "") for p in points]
     if confidence is not None:
         lines.append(f"Confidence {confidence} of 5.")
     return "\n".join(lines)
@@ -274,7 +275,8 @@ def part(index: int, total: int, heading: str, text: str, points: list[dict] | N
     if not points:
         return label(index, total, heading, f"[{n}] {text}")
     lines = [f"Confidence {confidence} of 5." if confidence is not None else ""]
-    lines += [f"- [{n}] {p['point']}" + (f' (quote: "{_line(p["quote"])}")' if p.get("quote") else "")
+    lines += [f'- [{n}] the chunk states: "{_line(p["quote"])}"' if p.get("stated") else
+              f"- [{n}] {p['point']}" + (f' (quote: "{_line(p["quote"])}")' if p.get("quote") else "")
               for p in points]
     return label(index, total, heading, "\n".join(line for line in lines if line))
 
@@ -500,9 +502,13 @@ def safety_tokens(margin: float, effective: int) -> int:
 # carries its short answer, so chunks that disagree can be shown side by side (``answers.versions``).
 
 MAX_LIST_ITEMS = 200      # items one chunk's list may give
+MAX_STATED = 5          # figures one chunk may state as the answer
 LIST_SYSTEM = ("List, from this chunk of a longer document only, every item the instruction asks for, in JSON: "
                "relevant (true or false), items: each with item (its name), quote (the chunk's exact words for "
-               "it) and value (the number it carries, or null), confidence 0-5. Leave no item out.")
+               "it), value (the number it carries as you read it, negative for a refund, credit or deduction; "
+               "null if none) and unit (such as mg, €, %, km; null if none); stated: each figure the chunk "
+               "itself gives as the answer (a stated count or total) with its value, unit and quote; "
+               "confidence 0-5. Leave no item out; a total or subtotal line is not an item.")
 LIST_SCHEMA = {
     "type": "object",
     "properties": {
@@ -510,11 +516,16 @@ LIST_SCHEMA = {
         "items": {"type": "array", "maxItems": MAX_LIST_ITEMS, "items": {
             "type": "object",
             "properties": {"item": {"type": "string"}, "quote": {"type": "string"},
-                           "value": {"type": ["number", "null"]}},
-            "required": ["item", "quote", "value"]}},
+                           "value": {"type": ["number", "null"]}, "unit": {"type": ["string", "null"]}},
+            "required": ["item", "quote", "value", "unit"]}},
+        "stated": {"type": "array", "maxItems": MAX_STATED, "items": {
+            "type": "object",
+            "properties": {"quote": {"type": "string"}, "value": {"type": "number"},
+                           "unit": {"type": ["string", "null"]}},
+            "required": ["quote", "value", "unit"]}},
         "confidence": {"type": "integer", "minimum": 0, "maximum": 5},
     },
-    "required": ["relevant", "items", "confidence"],
+    "required": ["relevant", "items", "stated", "confidence"],
 }
 POINT_SYSTEM = (MAP_JSON_SYSTEM.rstrip(".") + ", and answer: the chunk's short answer to the question "
                 "(a few words), or \"\" if it has none.")
@@ -527,7 +538,7 @@ def list_messages(task: str, target: str, chunk, total: int, pages: tuple[int, i
     """One map request of a list instruction: the instruction, what to list, the chunk (no word limit:
     the list grows with the chunk)."""
     prompt = map_prompt(task, chunk, total, pages=pages)
-    prompt += f"\n---\nList every {target} in this chunk, each with its exact words."
+    prompt += f"\n---\nList every {target} in this chunk, each with its exact words, its number and unit."
     return [{"role": "system", "content": LIST_SYSTEM}, {"role": "user", "content": prompt}]
 
 
@@ -564,13 +575,27 @@ def read_list_reply(reply: str, chunk_text: str) -> MapAnswer:
         quote = found_quote(str(item.get("quote") or ""), squashed) or found_quote(words, squashed)
         if not quote:           # an item the chunk does not hold, in its quote or its name: made up
             continue
-        value = item.get("value")
-        points.append({"point": words or quote, "quote": quote,
-                       "value": value if isinstance(value, (int, float)) and not isinstance(value, bool) else None})
-    relevant = bool(data["relevant"]) and bool(points)
+        points.append({"point": words or quote, "quote": quote, "value": _number(item.get("value")),
+                       "unit": _unit(item.get("unit"))})
+    for stated in data.get("stated", [])[:MAX_STATED] if isinstance(data.get("stated"), list) else []:
+        quote = found_quote(str(stated.get("quote") or ""), squashed) if isinstance(stated, dict) else ""
+        if quote and _number(stated.get("value")) is not None:      # the file's own words, or nothing
+            points.append({"point": "stated", "quote": quote, "value": _number(stated.get("value")),
+                           "unit": _unit(stated.get("unit")), "stated": True})
+    relevant = bool(data["relevant"]) and bool(points)      # (a chunk that only states the answer is relevant)
     return MapAnswer(relevant=relevant, text=render_points(points, data.get("confidence")) if relevant
                      else "Nothing relevant in this chunk.", points=points if relevant else [],
                      confidence=data.get("confidence"))
+
+
+def _number(value) -> float | int | None:
+    """A JSON value that is a number (never a bool)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _unit(unit) -> str:
+    """A unit as the model wrote it ("" for none), one short line."""
+    return " ".join(str(unit).split())[:20] if isinstance(unit, str) else ""
 
 
 def _list_data(reply: str) -> dict | None:
@@ -609,10 +634,11 @@ def read_point_reply(reply: str, chunk_text: str) -> MapAnswer:
     return answer
 
 
-def list_reduce_task(task: str, target: str, count: int) -> str:
+def list_reduce_task(task: str, target: str, count: int, read: int = 0, chunks: int = 0) -> str:
     """The synthesis instruction of a list: the app lists and counts the items itself, so the model
-    writes only a short summary of them."""
-    return (f"{task}\n(The app itself lists and counts the {target or 'items'}: {count} in all. Do not list them; "
+    writes only a short summary of them (and is told when the count is of part of the file)."""
+    where = f"in the {read} of {chunks} chunks read" if read and read < chunks else "in all"
+    return (f"{task}\n(The app itself lists and counts the {target or 'items'}: {count} {where}. Do not list them; "
             f"write only a short summary of them in at most three sentences.)")
 
 

@@ -82,9 +82,12 @@ def computed_notes(job: Job) -> list[str]:
     if job.list_of and job.way != "retrieve" and job.state == "done":
         total = len(job.items)
         out += [notes.item(n, total, it) for n, it in enumerate(job.items, 1)]
-        values = [it["value"] for it in job.items if it.get("value") is not None]
-        out.append(notes.count(job.list_of, total, sum(values) if values else None, len(values), job.stated,
-                               job.items_cut))
+        if job.figures:
+            out.append(notes.figures(job.figures))
+        else:                       # a job finished before issue 40
+            values = [it["value"] for it in job.items if it.get("value") is not None]
+            out.append(notes.count(job.list_of, total, sum(values) if values else None, len(values), job.stated,
+                                   job.items_cut))
     out += [notes.conflict(v) for v in job.versions]
     if job.coverage:
         out.append(notes.coverage(job.coverage))

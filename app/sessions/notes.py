@@ -192,9 +192,15 @@ COMPUTED = ("chunk-item:", "chunk-count:", "chunk-conflict:", "chunk-coverage:",
             "chunk-replaces:")
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
 def _packed(obj: dict) -> str:
-    text = json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
-    return " ".join(text.split()).replace("[", "\\u005b").replace("]", "\\u005d")
+    """``obj`` as one line of JSON that never holds "[[" or "]]" (a note's own brackets): brackets inside
+    its strings escaped, a list's own brackets apart."""
+    text = " ".join(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")).split())
+    text = _JSON_STRING.sub(lambda m: m.group(0).replace("[", "\\u005b").replace("]", "\\u005d"), text)
+    return text.replace("[[", "[ [").replace("]]", "] ]")
 
 
 def _unpacked(text: str) -> dict | None:
@@ -209,13 +215,19 @@ def item(n: int, total: int, it: dict) -> str:
     """``chunk-item: 3/37 {"text": …, "quote": …, "value": …, "chunk": 5, "chunks": "5, 6"}``."""
     chunks = it.get("chunks") or []
     return f"chunk-item: {n}/{total} " + _packed({
-        "text": it.get("text", ""), "quote": it.get("quote", ""), "value": it.get("value"),
-        "chunk": chunks[0] if chunks else 0, "chunks": ", ".join(map(str, chunks))})
+        "text": it.get("text", ""), "quote": it.get("quote", ""), "value": it.get("value"), "unit": it.get("unit", ""),
+        "line": it.get("line"), "chunk": chunks[0] if chunks else 0, "chunks": ", ".join(map(str, chunks))})
 
 
 def count(target: str, count_: int, total: float | None, valued: int, stated: int | None, cut: int) -> str:
     return "chunk-count: " + _packed({"target": target, "count": count_, "total": total, "valued": valued,
                                       "stated": stated, "cut": cut})
+
+
+def figures(summary: dict) -> str:
+    """``chunk-count: {"op": "total", "count": 12, "totals": {"mg": 110}, …}``: what the app states beside a
+    list answer (issue 40, ``analysis.answers.summarize``); a note without "op" is from before."""
+    return "chunk-count: " + _packed(summary)
 
 
 def conflict(version: dict) -> str:

@@ -23,7 +23,7 @@ from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .fragments import turn_fragment
 from ..workspace import Workspace
-from ..analysis import answers, library, passages, plan
+from ..analysis import answers, library, passages, plan, records
 from ..chat import read_chunks
 from ..analysis.job import ACTIVE, DISCARDABLE, InvalidTransition, Job, disk_trouble, without_directive
 
@@ -351,11 +351,13 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
             return url_for("analysis.passage", name=session, turn=index, chunk=chunk)
         return ""
 
-    items = [{**it, "url": link(it.get("chunk")), "value_text": answers.number_text(it["value"])
+    items = [{**it, "url": link(it.get("chunk")), "value_text": answers.amount_text(it["value"], it.get("unit") or "")
               if isinstance(it.get("value"), (int, float)) else ""} for it in found.items]
-    count = None
-    if found.count is not None:
-        c = found.count
+    count, figures = None, []
+    c = found.count
+    if c is not None and "op" in c:             # issue 40: what the file states, what the app computed, over what
+        figures = [{"label": label, "text": text} for label, text in answers.figure_lines(c)]
+    elif c is not None:                         # an answer recorded before issue 40
         count = answers.count_line(int(c.get("count") or 0), str(c.get("target") or ""), c.get("total"),
                                    int(c.get("valued") or 0), c.get("stated"), int(c.get("cut") or 0))
     conflicts = [{**v, "url": link(v.get("chunk"))} for v in found.conflicts]
@@ -364,8 +366,46 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
         cost = found.cost or {}
         offer = {"url": url_for("analysis.read_whole", name=session, turn=index),
                  "text": whole_read_text(cost.get("chunks"), cost.get("calls"), cost.get("minutes"))}
-    return {"listed": items, "count": count, "conflicts": conflicts, "coverage": found.coverage,
-            "offer": offer, "replaced": found.replaced}
+    return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
+            "offer": offer, "replaced": found.replaced, "op": (c or {}).get("op", ""),
+            "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
+
+
+@bp.get("/s/<name>/turns/<int:turn>/records")
+def records_table(name: str, turn: int):
+    """A list answer's records as a table (issue 40): sorted by a column, with a figure computed over them
+    (count, sum, average, smallest, largest; per unit or per item) by SQLite, with no model call."""
+    analysis = _recorded_analysis(name, turn)
+    rows = records.rows_of(notes.read_computed(analysis.computed).items)
+    sort, descending = request.args.get("sort", "n"), request.args.get("desc") == "1"
+    op, by = request.args.get("op", ""), request.args.get("by", "unit")
+    figures = records.aggregate(rows, op, by) if op in records.OPS else []
+    return render_template("analysis/_records.html", rows=records.sorted_rows(rows, sort, descending), sort=sort,
+                           descending=descending, op=op, by=by, figures=figures, said=records.said,
+                           amount=answers.amount_text, session=name, turn=turn, analysis=analysis,
+                           passage_url=lambda chunk: url_for("analysis.passage", name=name, turn=turn, chunk=chunk)
+                           if chunk in analysis.passages else "")
+
+
+@bp.get("/s/<name>/turns/<int:turn>/records.csv")
+def records_csv(name: str, turn: int):
+    """The records as CSV, to open in a spreadsheet."""
+    analysis = _recorded_analysis(name, turn)
+    rows = records.rows_of(notes.read_computed(analysis.computed).items)
+    stem = analysis.file.rsplit("/", 1)[-1].rsplit(".", 1)[0] or "records"
+    return Response(records.csv_text(rows), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{stem}-records.csv"'})
+
+
+def _recorded_analysis(name: str, turn: int) -> fountain.ChunkAnalysis:
+    """The analysis recorded in turn ``turn`` of session ``name`` (404 when there is none)."""
+    try:
+        turns = services().store.load(name).turns
+    except SessionNotFound:
+        abort(404)
+    if not 0 <= turn < len(turns) or turns[turn].analysis is None:
+        abort(404, description="That turn holds no analysis.")
+    return turns[turn].analysis
 
 
 def whole_read_text(chunks, calls, minutes) -> str:
