@@ -51,21 +51,30 @@ _TAIL = re.compile(r"\s+(?:(?:that|which|who)\s+(?:are|is|were|was)\s+)?(?:are|i
 _LEAD = re.compile(r"^(?:the|all|every|each|of)\s+", re.I)
 
 
-_FIGURE = re.compile(r"\b(?:what(?:'s|’s|\s+is|\s+was|\s+are|\s+were)\s+the\s+(?:net\s+|grand\s+|overall\s+|final\s+)?"
-                     r"(?:total|sum|average|mean)\b|how\s+much\b(?!\s+(?:time|longer|older|bigger|more|less))|"
+_FIGURE = re.compile(r"\b(?:what(?:'s|’s|\s+is|\s+was|\s+are|\s+were)\s+(?:the\s+|my\s+|our\s+|their\s+|its\s+)?"
+                     r"(?:[\w’']+['’]s\s+)?(?:net|gross|grand|overall|final|total|combined|average|mean)\b|"
+                     r"how\s+much\b(?!\s+(?:time|longer|older|bigger|more|less))|"
                      r"(?:calculate|compute|work\s+out|give\s+me|tell\s+me)\s+the\s+(?:net\s+|grand\s+)?"
-                     r"(?:total|sum|average|mean)\b)", re.I)
+                     r"(?:total|sum|average|mean)\b|\bin\s+total\s*\?|\baltogether\s*\?|\bin\s+all\s*\?)", re.I)
+# A plain list: "Which rooms need repainting?", "Name the suppliers", "Who are the speakers?" (a plural).
+_PLAIN_LIST = re.compile(r"^\W*which\s+(?P<a>[a-z][\w-]*s)\b"
+                         r"|\bname\s+(?:the\s+|all\s+(?:the\s+)?|every\s+)?(?P<b>[a-z][\w-]*s)\b"
+                         r"|^\W*who\s+(?:are|were)\s+the\s+(?P<c>[a-z][\w-]*s)\b", re.I)
+_WHY = re.compile(r"^\W*(?:why|explain|how\s+come|what\s+caused|what\s+explains)\b", re.I)
 
 
 def list_target(instruction: str) -> str:
     """What an instruction asks to be listed, counted or totalled ("vault codes"), or "" when it
     asks for no list; "amounts" for a figure asked of the whole file ("What is the net total?", "How
     much did we spend?").  ``instruction``'s ``@model`` directive does not matter (it is not matched)."""
-    if re.match(r"^\W*(?:summar\w*|describe|explain|outline|overview)\b", instruction, re.I):
-        return ""                                      # "Summarize the total picture" asks for no list
+    if re.match(r"^\W*(?:summar\w*|describe|explain|outline|overview)\b", instruction, re.I) or _WHY.match(instruction):
+        return ""                                      # "Summarize the total picture", "Why doesn't the total match?"
     m = _TARGET.search(instruction)
     if m is None:
-        return "amounts" if _FIGURE.search(instruction) else ""
+        if _FIGURE.search(instruction):
+            return "amounts"
+        plain = _PLAIN_LIST.search(instruction)
+        return next((g for g in plain.groups() if g), "") if plain else ""
     what = re.sub(r"^(?:the\s+)?(?:total\s+)?number\s+of\s+", "", m["what"].strip(), flags=re.I)
     what = _TAIL.sub("", what) or what
     while (lead := _LEAD.match(what)):
@@ -117,7 +126,8 @@ def asked(instruction: str, list_of: str | None = None) -> Ask:
     for op, pattern in (("count", _NUMBER_OF), ("average", _AVERAGE), ("total", _TOTAL), ("count", _EVERY)):
         if (m := pattern.search(instruction)):
             return Ask(op, target, " ".join(m.group(0).split()).lower())
-    return Ask("list", target, "list")
+    plain = _PLAIN_LIST.search(instruction)
+    return Ask("list", target, " ".join(plain.group(0).split()).lower() if plain else "list")
 
 
 # -- the items of a list -----------------------------------------------------------------------
@@ -187,19 +197,22 @@ class Item:
 
 
 def typed(point: dict, quote: str, commas: bool | None = None) -> tuple[float | None, str]:
-    """A listed item's value and unit: the model's reading when the quote writes that number (its sign
-    the file's when the file writes it negative: ``-€12.50``, ``(12.50)``); else, when the model gave
-    none, the quote's one amount; else none.  Never a number the file does not hold, never an id's
+    """A listed item's value and unit: the model's reading (its sign included: a purchase that a bank
+    export writes -63.18 is 63.18 to a question about spending) when the quote writes that number;
+    else, when the model gave none, the quote's one amount, with the file's sign; else none.  Never a number the file does not hold, never an id's
     digits, a year, a date, a version or a phone number (``quantities``)."""
     given = quantities.number_in(point.get("value"), commas)
     unit_given = quantities.normal_unit(point.get("unit")) or (given.unit if given is not None else "")
-    in_quote = quantities.amounts(quote, commas) if quote else []
+    numbers = quantities.quantities(quote, commas) if quote else []
+    in_quote = [q for q in numbers if q.kind == "amount"]
     if given is not None:
-        same = [q for q in in_quote if math.isclose(abs(q.value), abs(given.value), rel_tol=1e-9, abs_tol=1e-9)]
+        # The model's reading wins over the app's guess that a number is an id (room 12B, "four engineers"),
+        # never over a date, a time, a year, a version or a phone number.
+        readable = in_quote + [q for q in numbers if q.kind == "id"] + quantities.number_words(quote)
+        same = [q for q in readable if math.isclose(abs(q.value), abs(given.value), rel_tol=1e-9, abs_tol=1e-9)]
         if not same:
             return None, unit_given
-        value = same[0].value if same[0].value < 0 < given.value else given.value
-        return value, same[0].unit or unit_given
+        return given.value, same[0].unit or unit_given           # the model's reading, its sign included
     if len(in_quote) == 1:
         return in_quote[0].value, in_quote[0].unit or unit_given
     return None, unit_given
@@ -322,6 +335,21 @@ def file_states(results, text: str, ask: Ask) -> list[dict]:
     return out
 
 
+def settled(ask: Ask, items: list[Item]) -> Ask:
+    """A "how many" whose every record carries a number of what is counted is a total of those numbers
+    ("How many hours did Marta work?" over timesheet rows of hours; "How many visitors came?" over each
+    day's visitors), not a count of the rows; an ask of anything else stays as it is."""
+    if ask.op != "count" or ask.words not in ("how many", "number of", "total number of") or not items:
+        return ask
+    word = ask.target.split()[-1] if ask.target else ""
+    if word and quantities.normal_unit(word) != word:
+        return Ask("total", ask.target, ask.words)              # "how many hours": a quantity in a unit
+    units = {i.unit for i in items}
+    if units == {""} and all(i.value is not None for i in items):
+        return Ask("total", ask.target, ask.words)              # each day's visitors
+    return ask
+
+
 def summarize(items: list[Item], states: list[dict], ask: Ask, read: int, chunks: int, cut: int = 0) -> dict:
     """What the app states beside the model's answer (recorded as the scene's ``chunk-count`` note):
     the ask, the distinct items, for a total or an average the figure per unit (only when every item
@@ -366,26 +394,53 @@ _WORDS_NUMBERS = {w: n for n, w in enumerate("zero one two three four five six s
                                              "twenty".split())}
 _COUNT_NEAR = re.compile(r"\b(?:there\s+(?:are|were|is)|total\s+of|found|lists?|listed|contains?|holds?|has|have|had|"
                          r"counted|names?|named|employs?|employed|in\s+all|in\s+total|altogether)\b", re.I)
-_TOTAL_NEAR = re.compile(r"\b(?:total|sum|net|comes?\s+to|came\s+to|amounts?\s+to|adds?\s+up\s+to|added\s+up\s+to|"
-                         r"in\s+all|altogether|combined|overall|average|mean)\b", re.I)
+_TOTAL_NEAR = re.compile(r"\b(?:total\w*|sum|net|comes?\s+to|came\s+to|amounts?\s+to|adds?\s+up\s+to|added\s+up\s+to|"
+                         r"in\s+all|altogether|combined|overall)\b", re.I)
 
 
-def model_figure(text: str, summary: dict) -> float | None:
+def model_figure(text: str, summary: dict, question: str = "") -> float | None:
     """The figure the model's answer gives for what the app computes (None when it gives none): for a
     count, a number that counts the target ("There are 4 vault codes", "Northwind has 250 employees",
-    "twelve codes"; never a year, a date, an id or a chunk number); for a total or an average, an
-    amount in one of the units summed ("a total of 110 mg"), the one nearest words such as "total"."""
+    "twelve codes"; never a year, a date, an id or a chunk number); for a total or an average, the
+    amount in the unit computed that the answer ties to the question: the words before it (since the
+    amount before) share the question's words or say "total", "net", "in all"; never a figure for each
+    item ("280 mg each"), never one of several units' totals."""
     op, target = summary.get("op"), summary.get("target") or ""
     if op == "count":
         return _model_count(text, target)
-    if op in ("total", "average"):
-        units = set(summary.get("totals") or {}) | {s.get("unit", "") for s in summary.get("file_states") or []}
-        found = [q for q in quantities.amounts(_without_citations(text)) if q.unit in units or (not units and q.unit)]
-        if not found:
-            return None
-        near_word = [q for q in found if _TOTAL_NEAR.search(text[max(0, q.start - 40):q.start])]
-        return (near_word or found)[0].value
-    return None
+    if op not in ("total", "average") or len(summary.get("totals") or {}) > 1:
+        return None
+    if not summary.get("totals") and not summary.get("file_states"):
+        return None                                           # nothing the app states to set it beside
+    units = set(summary.get("totals") or {}) | {s.get("unit", "") for s in summary.get("file_states") or []}
+    clean = _without_citations(text)
+    found = [q for q in quantities.amounts(clean) if q.unit in units or (not units and q.unit)]
+    asked_words = {w.rstrip("s") for w in _norm(question).split() if len(w) > 2} - _COMMON
+    best, best_score, since = None, 0, 0
+    for q in found:
+        clause = re.split(r"[.!?;\n]\s", clean[since:q.start])[-1]
+        since = q.end
+        if op == "total" and _PER_ITEM.match(clean[q.end:q.end + 16]):
+            continue                                          # "280 mg each": one item's figure
+        words = {w.rstrip("s") for w in _norm(clause).split()}
+        said = (_AVERAGE_NEAR.search(clause[-40:]) or _AVERAGE_AFTER.match(clean[q.end:q.end + 20])) if op == "average" \
+            else (_TOTAL_NEAR.search(clause[-40:]) or _TOTAL_AFTER.match(clean[q.end:q.end + 20]))
+        score = 100 * bool(said) + len(words & asked_words)        # "in all", "an average of" first; then the question's words
+        if score > best_score:
+            best, best_score = q.value, score
+    return best
+
+
+_COMMON = {"what", "was", "were", "the", "how", "much", "many", "did", "does", "for", "and", "with", "from", "into",
+           "over", "this", "that", "total", "all", "give", "tell"}
+_PER_ITEM = re.compile(r"^\s*(?:each|apiece|per\s+(?:item|person|head|piece|dose|unit|invoice)|a\s+(?:head|piece|dose))\b",
+                       re.I)
+_AVERAGE_NEAR = re.compile(r"\b(?:average|mean|averag\w+|typically|on\s+average)\b[^.;]{0,12}$", re.I)
+_AVERAGE_AFTER = re.compile(r"^\s*(?:on\s+average|average|a\s+(?:day|week|month)|per\s+(?:day|week|month))\b", re.I)
+
+
+_TOTAL_AFTER = re.compile(r"^\s*(?:in\s+(?:all|total)|altogether|all\s+told|combined|overall|so\s+far|total)\b",
+                          re.I)
 
 
 def _without_citations(text: str) -> str:
@@ -513,21 +568,23 @@ def same_answer(a: str, b: str) -> bool:
     2021", "2021-03-03"), the same amount ("1,200" and "1200", "£1.2m" and "£1,200,000"), the same words
     (case, spacing, punctuation aside, or nearly so), or one the other's head before a qualifier
     ("Paris" and "Paris, France")."""
+    da, db = dates_in(a), dates_in(b)
+    if da and db and not da & db:
+        return False                                  # different days, however alike the words
+    qa, qb = _figures_of(a), _figures_of(b)
+    if qa and qb:
+        return qa == qb                               # the same figures: one answer ("Net 30", "within 30 days")
+    if da and db:
+        return True
     if near(a, b, ratio=0.85):
         return True
-    da, db = dates_in(a, whole=True), dates_in(b, whole=True)
-    if da and db:
-        return bool(da & db)
-    qa, qb = quantities.amounts(a), quantities.amounts(b)
-    if len(qa) == 1 and len(qb) == 1 and _only_number(a, qa[0]) and _only_number(b, qb[0]):
-        return math.isclose(qa[0].value, qb[0].value) and (qa[0].unit == qb[0].unit or not qa[0].unit or not qb[0].unit)
     ka, kb = name_key(a), name_key(b)
     return bool(ka) and ka == kb
 
 
-def _only_number(text: str, q) -> bool:
-    rest = (text[:q.start] + text[q.end:]).strip(" .,;:")
-    return len(rest.split()) <= 1
+def _figures_of(text: str) -> list[float]:
+    """The amounts an answer writes (not its dates), sorted: what two answers must agree on."""
+    return sorted(round(q.value, 6) for q in quantities.amounts(text))
 
 
 _MONTH_NUMBERS = {m: i for i, names in enumerate((("jan", "january"), ("feb", "february"), ("mar", "march"),

@@ -329,7 +329,7 @@ class Execution:
                 return
         figures = job.figures
         if figures and relevant:        # the model's own figure, read from its words (never rewritten)
-            figures = {**figures, "model_says": answers.model_figure(answer, figures)}
+            figures = {**figures, "model_says": answers.model_figure(answer, figures, job.task)}
         answer += record.coverage_note(job)
         self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), figures=figures)
         self.steps.finish(job, answer, "ok")
@@ -350,7 +350,7 @@ class Execution:
             lines = answers.line_numbers(text, [i.at for i in items])
             changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "unit": i.unit, "chunks": i.chunks,
                                  "at": i.at, "line": lines.get(i.at)} for i in items]
-            ask = answers.asked(job.task, job.list_of)
+            ask = answers.settled(answers.asked(job.task, job.list_of), items)
             changes["figures"] = answers.summarize(items, answers.file_states(results, text, ask), ask,
                                                    len(answered), job.file_chunks, changes["items_cut"])
             task = mapreduce.list_reduce_task(job.task, job.list_of, len(items), len(answered), job.file_chunks)

@@ -58,7 +58,7 @@ _UNITS = {
 _CURRENCY_BEFORE = r"(?:€|\$|£|¥|₹|US\$|C\$|A\$|EUR|USD|GBP|CHF|PLN|SEK|NOK|DKK|JPY|INR|CAD|AUD|Fr\.)"
 _UNIT_AFTER = (r"(?:%|°\s?[CF]|€|\$|£|zł|kr\.?|Fr\.|(?:EUR|USD|GBP|CHF|PLN|SEK|NOK|DKK|JPY|INR|CAD|AUD)\b"
                r"|(?:mcg|µg|μg|ug|mg|kg|g|ml|mL|cl|dl|l|L|km/h|km|cm|mm|m²|m2|mi|ft|lbs?|oz|hrs?|h|mins?|ms|secs?|s"
-               r"|kWh|Wh|kW|W|V|mAh|GB|MB|KB|TB|IU|pcs|x)(?![\w/])"
+               r"|kWh|Wh|kW|W|V|mAh|GB|MB|KB|TB|IU|pcs|x)(?![\w])"
                r"|(?:per cent|percent|euros?|dollars?|pounds?|złoty|zloty|milligrams?|micrograms?|grams?|kilos?|"
                r"kilograms?|tonnes?|millilit(?:re|er)s?|lit(?:re|er)s?|kilomet(?:re|er)s?|met(?:re|er)s?|miles?|"
                r"feet|hours?|minutes?|seconds?|days?|weeks?|tablets?|tabs?|units|drops|puffs)\b)")
@@ -96,12 +96,12 @@ class Quantity:
     text: str = ""
 
 
-_DIGITS = r"\d{1,3}(?:(?:,|\.|'|’|\u00a0|\u202f| )\d{3})+(?:[.,]\d+)?|\d+(?:[.,]\d+)?"
+_DIGITS = r"(?!0\d)\d{1,3}(?:(?:,|\.|'|’|\u00a0|\u202f| )\d{3})+(?:[.,]\d+)?(?!\d)|\d+(?:[.,]\d+)?"
 _NUMBER = re.compile(
     r"(?P<open>\()?"
-    rf"(?P<sign>(?<![\w-])[-−](?=\s?(?:{_CURRENCY_BEFORE}\s?)?\d))?\s?"
+    rf"(?P<sign>(?<![\w-])[-−](?=(?:{_CURRENCY_BEFORE}\s?)?\d))?\s?"
     rf"(?:(?P<cur>{_CURRENCY_BEFORE})\s?(?P<sign2>[-−])?)?"
-    rf"(?P<num>{_DIGITS})"
+    rf"(?<![\d:.,])(?P<num>{_DIGITS})"
     r"(?P<mult>\s?(?:k|K|m|M|mn|bn|million|billion|thousand)\b(?!\s?(?:²|2\b)))?"
     rf"(?P<unit>\s?{_UNIT_AFTER})?"
     r"(?P<trail>-(?![\w\d]))?"
@@ -122,7 +122,7 @@ _TIME = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?\b", re.I)
 _VERSION = re.compile(r"\b[vV]\d+(?:\.\d+)*\b|\b\d+\.\d+\.\d+(?:\.\d+)*\b")
 _PHONE = re.compile(r"(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,5}\)[\s.-]?)?\d{2,5}(?:[\s.-]\d{2,5}){2,4}\b"
                     r"|\b\d{3}-\d{4}\b")
-_RANGE = re.compile(rf"(?<![\w.,-])\d+(?:[.,]\d+)?\s?(?:-|–|—|to)\s?\d+(?:[.,]\d+)?\s?{_UNIT_AFTER}?")
+_RANGE = re.compile(rf"(?<![\w.,-])\d+(?:[.,]\d+)?(?:\s[-–—]\s|[-–—]|\sto\s)\d+(?:[.,]\d+)?\s?{_UNIT_AFTER}?")
 _ID_BEFORE = re.compile(r"(?:[A-Za-z][\w]*[-_/]|#|№|\b(?:no|nr|num|ref|id|po|order|invoice|inv|ticket|case|"
                         r"room|page|p|pp|chapter|ch|section|sec|item|line|row|table|figure|fig|step|version|"
                         r"ver|build|release|issue|pr|bug|code|pin|account|acct|iban|sort code|vat|tax id|"
@@ -222,8 +222,9 @@ def _kind(text: str, m: re.Match, value: float, unit: str) -> str:
     first = m.start() + (len(m.group(0)) - len(m.group(0).lstrip()))
     before = text[max(0, first - 24):first]
     after = text[m.end():m.end() + 3]
-    if _ID_BEFORE.search(before) and not (m.group("cur") or m.group("unit")):
-        return "id"
+    whole = re.fullmatch(r"\d+", m.group("num")) is not None
+    if _ID_BEFORE.search(before) and whole and not (m.group("cur") or m.group("unit")):
+        return "id"                                           # room 12 · page 4 (not "room 6,000.00")
     if re.search(r"[A-Za-z]$|\w[-_/]$", before) or (m.group("unit") is None and _ID_AFTER.match(after)):
         return "id"                                           # A1 · INV-2023-0042 · 12B · 4471-B
     digits = m.group("num")
@@ -233,6 +234,21 @@ def _kind(text: str, m: re.Match, value: float, unit: str) -> str:
             and (_YEAR_CONTEXT.search(before) or not counted)):
         return "year"                                         # "In 2023", "2023 was" (not "2023 visitors")
     return "amount"
+
+
+_NUMBER_WORDS = {w: n for n, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve "
+                                             "thirteen fourteen fifteen sixteen seventeen eighteen nineteen "
+                                             "twenty".split())}
+_NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90,
+                      "hundred": 100, "a hundred": 100, "a dozen": 12, "dozen": 12})
+_NUMBER_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _NUMBER_WORDS), key=len, reverse=True)) + r")\b",
+                          re.I)
+
+
+def number_words(text: str) -> list[Quantity]:
+    """Counts written in words ("four engineers", "a dozen"), as amounts without a unit."""
+    return [Quantity(float(_NUMBER_WORDS[m.group(0).lower()]), "", m.start(), m.end(), "amount", m.group(0))
+            for m in _NUMBER_WORD.finditer(text)]
 
 
 def amounts(text: str, commas: bool | None = None) -> list[Quantity]:
