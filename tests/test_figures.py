@@ -147,3 +147,35 @@ def test_a_count_over_part_of_the_file_says_so(small_chunks):
     found = box.count('<tr class="record">')
     assert 0 < found < 10                                   # the codes past chunk 20 were not read
     assert f"{found} vault access codes in the {read} of {job.file_chunks} chunks read" in box
+
+
+def test_reading_the_rest_reads_only_the_unread_chunks_and_replaces_the_partial_count(small_chunks):
+    live, scripted, workspace = small_chunks
+    codes = [f"VAC-{i:02d}" for i in range(1, 11)]
+    sections = [f"## Section {s + 1}\n\n{filler(4)}" + (f" The vault access code {codes[s // 6]} opens the north door."
+                                                         if s % 6 == 0 else "") + "\n" for s in range(60)]
+    (workspace / "manual.md").write_text("# Manual\n\n" + "\n".join(sections))
+    records = [{"item": c, "quote": f"vault access code {c}", "value": None, "unit": None} for c in codes]
+    scripted.script = CarefulModel(records, synthesis="There are several vault access codes.")
+    name, job = analyse(live, "manual.md", "List every vault access code", scope="first")
+    first_maps = len([c for c in scripted.chats() if c.format])
+    assert job.state == "done" and job.total == 20
+    page = page_of(live, name)
+    left = job.file_chunks - 20
+    assert f"Read the other {left} chunks ({left + 1} model calls; the 20 read are not read again)" in page
+    before = len(scripted.chats())
+    response = live.post(f"/s/{name}/turns/0/read-rest")
+    assert response.status_code == 200, response.text
+    rest = live.services.jobs.open_for(name) or live.services.jobs.settled_for(name)[-1]
+    from waiting import wait_for
+    wait_for(lambda: rest.state in ("done", "failed") and rest.id not in live.services.jobs.jobs, 60,
+             what="the rest to be read")
+    assert rest.state == "done", rest.message
+    maps = [c for c in scripted.chats()[before:] if c.format]
+    assert len(maps) == left and rest.seeds["taken"] == 20         # no chunk read twice
+    assert first_maps == 20
+    box = computed_box(page_of(live, name))
+    assert f"10 vault access codes in all {job.file_chunks} chunks of the file" in box
+    assert "Read the other" not in box
+    turn = live.services.store.load(name).turns[0]
+    assert turn.reply == "There are several vault access codes." and "chunk-replaces:" in "\n".join(turn.analysis.computed)

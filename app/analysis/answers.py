@@ -199,7 +199,8 @@ class Item:
 def typed(point: dict, quote: str, commas: bool | None = None) -> tuple[float | None, str]:
     """A listed item's value and unit: the model's reading (its sign included: a purchase that a bank
     export writes -63.18 is 63.18 to a question about spending) when the quote writes that number;
-    else, when the model gave none, the quote's one amount, with the file's sign; else none.  Never a number the file does not hold, never an id's
+    else, when the model gave none, the quote's one amount (or its one amount with a unit beside whole
+    numbers without one: "Dose 7: 12.5mg"), with the file's sign; else none.  Never a number the file does not hold, never an id's
     digits, a year, a date, a version or a phone number (``quantities``)."""
     given = quantities.number_in(point.get("value"), commas)
     unit_given = quantities.normal_unit(point.get("unit")) or (given.unit if given is not None else "")
@@ -215,6 +216,9 @@ def typed(point: dict, quote: str, commas: bool | None = None) -> tuple[float | 
         return given.value, same[0].unit or unit_given           # the model's reading, its sign included
     if len(in_quote) == 1:
         return in_quote[0].value, in_quote[0].unit or unit_given
+    with_unit = [q for q in in_quote if q.unit]
+    if len(with_unit) == 1 and all(q.unit or q.value == int(q.value) for q in in_quote):
+        return with_unit[0].value, with_unit[0].unit         # "Dose 7 (2024): 12.5mg": the measure, not the label
     return None, unit_given
 
 

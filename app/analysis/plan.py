@@ -27,7 +27,7 @@ COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is 
 PACK_COUNTED_MAX_CHARS = 16 * 2**20
 
 
-def plan(sizing: Sizing, file: str, model: str, instruction: str) -> dict:
+def plan(sizing: Sizing, file: str, model: str, instruction: str, bpt: float | None = None) -> dict:
     """The plan's job fields for ``file`` analysed by ``model``.
 
     Chunks are sized with the calibration for this kind of text (Markdown and
@@ -36,7 +36,8 @@ def plan(sizing: Sizing, file: str, model: str, instruction: str) -> dict:
     time and call count come from ``budget.estimate_analysis``.  The file is read
     once; a file whose text would be larger than ``PLAN_READ_BYTES`` is not read
     at all: the card shows an estimate (``estimated``) and the worker plans it
-    exactly when the run starts (``exact``), so a request never holds a huge text.
+    exactly when the run starts (``exact``), so a request never holds a huge text.  ``bpt``: the bytes per
+    token an earlier read was cut with (reading the rest of a partial answer cuts the same chunks).
     """
     config = sizing.config
     window = context_window(config, model, sizing.models.window(model), sizing.models.memory_window(model))
@@ -51,7 +52,7 @@ def plan(sizing: Sizing, file: str, model: str, instruction: str) -> dict:
         # the worker counts it exactly and plans (``exact``) before the first chunk
         return estimated(sizing, model, window, instruction, chunking.measure(path))
     text_kind = calibration_kind(first.kind, first.text)
-    bpt = sizing.calibration.bytes_per_token(model, text_kind, conservative=True)
+    bpt = bpt or sizing.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
     doc = chunking.with_settings(first, settings(sizing, model, window, bpt, task, counter))
     if counter is not None:

@@ -21,7 +21,7 @@ from .. import chunking
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .job import Job
-from .mapreduce import ranges
+from .mapreduce import ranges, render_points
 
 
 def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
@@ -98,6 +98,37 @@ def computed_notes(job: Job) -> list[str]:
     if job.replaces:
         out.append(notes.replaces(job.replaces))
     return out
+
+
+def seeds(analysis: fountain.ChunkAnalysis) -> dict:
+    """What a list answer's scene says each answered chunk held, as results a read of the rest takes instead
+    of reading those chunks again (``runner.read_rest``): each item under every chunk that listed it, each
+    figure the file states under its chunk, a chunk with neither as one with nothing relevant, and where
+    each chunk lay; with the text's fingerprint.  The run takes a chunk's result only where its new chunk
+    lies exactly there in the same text (``runner._take_seeds``)."""
+    computed = notes.read_computed(analysis.computed)
+    figures = computed.count or {}
+    points: dict[int, list[dict]] = {}
+    for it in computed.items:
+        for n in (int(c) for c in str(it.get("chunks") or it.get("chunk") or "").replace(" ", "").split(",") if c):
+            points.setdefault(n, []).append({"point": it.get("text", ""), "quote": it.get("quote", ""),
+                                             "value": it.get("value"), "unit": it.get("unit", "")})
+    for s in figures.get("file_states") or []:
+        points.setdefault(int(s.get("chunk") or 0), []).append(
+            {"point": "stated", "quote": s.get("quote", ""), "value": s.get("value"), "unit": s.get("unit", ""),
+             "stated": True})
+    where = (figures.get("plan") or {}).get("where") or {}
+    results = []
+    for i, status in enumerate(analysis.results):
+        if status != "ok" or str(i) not in where:
+            continue
+        held = points.get(i + 1, [])
+        start, end, lines, pages, section, heading = where[str(i)]
+        results.append({"index": i, "status": "ok", "relevant": bool(held), "points": held,
+                        "text": render_points(held, None) if held else "Nothing relevant in this chunk.",
+                        "start": start, "end": end, "lines": lines, "pages": pages, "section": section,
+                        "heading": heading})
+    return {"source": analysis.source, "results": results}
 
 
 def rag_line(job: Job) -> str:

@@ -334,6 +334,31 @@ class JobRunner:
             self.note(job, str(exc), expect="proposed")
         return job
 
+    def read_rest(self, session: str, index: int) -> Job:
+        """A list answer that rests on part of its file (the first N chunks, a stop, failed chunks) read to the
+        end (issue 40): the same question over every chunk, where the chunks the answer already read are taken
+        from its scene rather than read again (``record.seeds``; used only if the run finds the same text cut
+        the same way), and its answer replaces the partial one, which the new scene keeps."""
+        with self.sessions.lock(session):
+            turns = self.sessions.load(session).turns
+            turn = turns[index] if 0 <= index < len(turns) else None
+            analysis = turn.analysis if turn is not None else None
+            figures = notes.read_computed(analysis.computed).count if analysis is not None else None
+            if analysis is None or analysis.rag or turn.user_text is None or not figures or "op" not in figures:
+                raise JobError("That turn holds no list answer to read the rest of the file for.")
+            if int(figures.get("read") or 0) >= int(figures.get("chunks") or 0):
+                raise JobError("That answer rests on every chunk of the file already.")
+            bpt = (figures.get("plan") or {}).get("bpt") or None
+            fields = plan.plan(self.sizing, analysis.file, analysis.model, analysis.instruction, bpt=bpt)
+            job = self.propose(session, index, analysis.file, analysis.instruction, analysis.model, remaining=0,
+                               turn_text=turn.user_text, fields=fields)
+            self.machine.update(job, expect="proposed", replaces=turn.reply or "", seeds=record.seeds(analysis))
+        try:
+            self.start(job, analysis.instruction, "all", "read", list_of=figures.get("target") or None)
+        except HarveyError as exc:
+            self.note(job, str(exc), expect="proposed")
+        return job
+
     def note(self, job: Job, message: str, *, expect: str | tuple[str, ...], **changes) -> None:
         """Show ``message`` on the job's card (e.g. why Start was refused), if the job is still in the
         state the writer saw (``expect``): a second device's refused Start finds the job running and
@@ -558,6 +583,7 @@ class JobRunner:
             self.machine.update(job, expect="running", source=source)
         if job.way == "retrieve":
             return Retrieval(self.steps).run(job, doc)
+        self._take_seeds(job, doc)
         run = Execution(self.steps)
         if job.synthesis != "pending" and not run.map_all(job, doc):
             return                  # interrupted: Ollama is away
@@ -566,6 +592,25 @@ class JobRunner:
         if job.synthesis != "pending" and job.wants_all and job.left_out:
             return self._ask_to_read_on(job, doc)
         run.reduce(job, doc)
+
+    def _take_seeds(self, job: Job, doc: chunking.Document) -> None:
+        """The chunks a partial answer read, taken as this run's results where this run's chunk lies exactly
+        where that one did in the same text (the scene's text fingerprint); the others are read."""
+        seeds = job.seeds
+        if not seeds or "taken" in seeds:
+            return
+        taken = 0
+        if seeds.get("source") == job.source:
+            chunks = plan.job_chunks(self.sizing, job, doc)
+            for fields in seeds.get("results") or []:
+                i = fields["index"]
+                if i < len(chunks) and i not in job.results and (chunks[i].start, chunks[i].end) == (fields["start"],
+                                                                                                  fields["end"]):
+                    self.store.add_result(job, ChunkResult(**fields))
+                    taken += 1
+        log.info("analysis %s: %d chunks taken from the answer it continues, %d to read", job.id, taken,
+                 job.total - len(job.results))
+        self.machine.update(job, expect="running", seeds={"source": seeds.get("source"), "taken": taken})
 
     def _ask_to_read_on(self, job: Job, doc: chunking.Document) -> None:
         """Every agreed chunk has run but the re-planned file needs more: pause and ask (never cut

@@ -366,9 +366,31 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
         cost = found.cost or {}
         offer = {"url": url_for("analysis.read_whole", name=session, turn=index),
                  "text": whole_read_text(cost.get("chunks"), cost.get("calls"), cost.get("minutes"))}
+    rest = None
+    if c is not None and "op" in c and not analysis.rag and int(c.get("read") or 0) < int(c.get("chunks") or 0):
+        left = int(c["chunks"]) - int(c["read"])
+        rest = {"url": url_for("analysis.read_rest", name=session, turn=index),
+                "text": f"Read the other {left:,} chunk{'s' if left != 1 else ''} ({left + 1:,} model calls; the "
+                        f"{int(c['read']):,} read are not read again)"}
     return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
-            "offer": offer, "replaced": found.replaced, "op": (c or {}).get("op", ""),
+            "offer": offer, "rest": rest, "replaced": found.replaced, "op": (c or {}).get("op", ""),
             "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
+
+
+@bp.post("/s/<name>/turns/<int:turn>/read-rest")
+def read_rest(name: str, turn: int):
+    """A list answer over part of its file read to the end (issue 40): the chunks it read are not read again,
+    and the new answer replaces it."""
+    _session(name)
+    try:
+        job = services().jobs.read_rest(name, turn)
+    except Busy as exc:
+        abort(409, description=str(exc))
+    except (HarveyError, OSError) as exc:
+        abort(400, description=str(exc))
+    if request.headers.get("HX-Request") == "true":
+        return _turn_html(job)
+    return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
 
 
 @bp.get("/s/<name>/turns/<int:turn>/records")
