@@ -507,12 +507,14 @@ def figure_lines(summary: dict) -> list[tuple[str, str]]:
                                          f"“{s.get('quote', '')}”)"))
     cut = int(summary.get("cut") or 0)
     more = f" (and {cut:,} more not kept)" if cut else ""
+    words = summary.get("words") or ""
+    why = f"; the question says “{words}”" if words and words not in ("list",) else ""
     reference = states[0]["value"] if states else None
     if op == "count" or op == "list":
         if states:
             lines.append(("Listed", f"{count:,} {things} are named {where}{more}"))
         elif op == "count":
-            lines.append(("Counted by the app", f"{count:,} {things} {where}{more}"))
+            lines.append(("Counted by the app", f"{count:,} {things} {where}{more}{why}"))
             reference = count
     elif op in ("total", "average"):
         lines.append(("Listed", f"{count:,} {things} {where}{more}"))
@@ -527,7 +529,8 @@ def figure_lines(summary: dict) -> list[tuple[str, str]]:
                     f"{summary['values'].get(u, 0):,} value{'s' if summary['values'].get(u, 0) != 1 else ''}"
                     f"{' in ' + u if u else ''})" for u, v in totals.items()]
             label = "Computed by the app" if not states else "The items listed add up to"
-            lines.append((label, "; ".join(said) + ("; not added together: different units" if len(totals) > 1 else "")))
+            lines.append((label, "; ".join(said) + ("; not added together: different units" if len(totals) > 1 else "")
+                          + (why if not states else "")))
             if reference is None and len(totals) == 1:
                 reference = next(iter(totals.values()))
     says = summary.get("model_says")
