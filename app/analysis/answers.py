@@ -52,14 +52,15 @@ _LEAD = re.compile(r"^(?:the|all|every|each|of)\s+", re.I)
 
 
 _FIGURE = re.compile(r"\b(?:what(?:'s|’s|\s+is|\s+was|\s+are|\s+were)\s+(?:the\s+|my\s+|our\s+|their\s+|its\s+)?"
-                     r"(?:[\w’']+['’]s\s+)?(?:net|gross|grand|overall|final|total|combined|average|mean)\b|"
+                     r"(?:[\w’'-]+\s+){0,3}?(?:net|gross|grand|overall|final|total|combined|average|mean)\b|"
+                     r"how\s+far\s+did\b|"
                      r"how\s+much\b(?!\s+(?:time|longer|older|bigger|more|less))|"
                      r"(?:calculate|compute|work\s+out|give\s+me|tell\s+me)\s+the\s+(?:net\s+|grand\s+)?"
                      r"(?:total|sum|average|mean)\b|\bin\s+total\s*\?|\baltogether\s*\?|\bin\s+all\s*\?)", re.I)
 # A plain list: "Which rooms need repainting?", "Name the suppliers", "Who are the speakers?" (a plural).
 _PLAIN_LIST = re.compile(r"^\W*which\s+(?P<a>[a-z][\w-]*s)\b"
                          r"|\bname\s+(?:the\s+|all\s+(?:the\s+)?|every\s+)?(?P<b>[a-z][\w-]*s)\b"
-                         r"|^\W*who\s+(?:are|were)\s+the\s+(?P<c>[a-z][\w-]*s)\b", re.I)
+                         r"|^\W*who\s+(?:are|were)\s+the\s+(?:[\w’'-]+['’]s\s+)?(?P<c>[a-z][\w-]*s)\b", re.I)
 _WHY = re.compile(r"^\W*(?:why|explain|how\s+come|what\s+caused|what\s+explains)\b", re.I)
 
 
@@ -67,7 +68,8 @@ def list_target(instruction: str) -> str:
     """What an instruction asks to be listed, counted or totalled ("vault codes"), or "" when it
     asks for no list; "amounts" for a figure asked of the whole file ("What is the net total?", "How
     much did we spend?").  ``instruction``'s ``@model`` directive does not matter (it is not matched)."""
-    if re.match(r"^\W*(?:summar\w*|describe|explain|outline|overview)\b", instruction, re.I) or _WHY.match(instruction):
+    if re.match(r"^\W*(?:summar\w*|sum\s+up|describe|explain|outline|overview)\b", instruction, re.I) or \
+            _WHY.match(instruction):
         return ""                                      # "Summarize the total picture", "Why doesn't the total match?"
     m = _TARGET.search(instruction)
     if m is None:
@@ -102,7 +104,7 @@ def point_question(instruction: str) -> bool:
 _NUMBER_OF = re.compile(r"\b(?:how\s+many|(?:total\s+)?number\s+of|count\s+(?:of\s+)?(?:the\s+|all\s+)?)", re.I)
 _AVERAGE = re.compile(r"\b(?:average|mean|median|on\s+average)\b", re.I)
 _TOTAL = re.compile(r"\b(?:total|totals|totalled|totaled|sum|net|add(?:s|ed)?\s+up|in\s+all|altogether|combined|"
-                    r"how\s+much(?!\s+(?:time|longer|older|bigger|more|less)))\b", re.I)
+                    r"how\s+much(?!\s+(?:time|longer|older|bigger|more|less))|how\s+far\s+did)\b", re.I)
 _EVERY = re.compile(r"\b(?:every|all(?:\s+of)?\s+the|all|each)\b", re.I)
 
 
@@ -188,6 +190,7 @@ class Item:
     at: int = -1
     end: int = -1          # where its quote ends in the document's text
     unit: str = ""
+    inferred: bool = False  # the value is the app's reading of the quote (the model gave none)
     key: tuple = field(default=(), repr=False, compare=False)        # (name, value, unit, dates)
     words: frozenset = field(default=frozenset(), repr=False, compare=False)
 
@@ -258,6 +261,7 @@ def merge_items(results, text: str, instruction: str = "") -> tuple[list[Item], 
                 span = (r.start + spans[0][0], r.start + spans[0][1])
                 at = span[0]
             value, unit = typed(p, quote, commas)
+            inferred = value is not None and quantities.number_in(p.get("value"), commas) is None
             name = name_key(words or quote, instruction)
             dates = tuple(sorted(dates_in(quote)))
             key = (name, value, unit, dates)
@@ -267,12 +271,12 @@ def merge_items(results, text: str, instruction: str = "") -> tuple[list[Item], 
                 if n not in same.chunks:
                     same.chunks.append(n)
                 if same.value is None and value is not None:
-                    same.value, same.unit = value, unit
+                    same.value, same.unit, same.inferred = value, unit, inferred
                 continue
             if len(items) >= MAX_ITEMS:
                 cut += 1
                 continue
-            item = Item(words or quote, quote, value, [n], at, span[1], unit, key, tokens)
+            item = Item(words or quote, quote, value, [n], at, span[1], unit, inferred, key, tokens)
             items.append(item)
             by_key.setdefault(key, item)
     placed = sorted((i for i in items if i.at >= 0), key=lambda i: i.at)
@@ -339,18 +343,36 @@ def file_states(results, text: str, ask: Ask) -> list[dict]:
     return out
 
 
+def values_asked(ask: Ask, items: list[Item]) -> list[Item]:
+    """The items as the answer shows them: a value the app read from a quote itself is kept only where the
+    question asks for a total or an average (a roster's shirt number is no value of a player)."""
+    if ask.op in ("total", "average"):
+        units = {i.unit for i in items if i.value is not None and not i.inferred}
+        for i in items:                  # "Year 5" read from a pledge among pounds: not a pledge's value
+            if i.inferred and not i.unit and units and "" not in units:
+                i.value, i.inferred = None, False
+        return items
+    for i in items:
+        if i.inferred:
+            i.value, i.unit, i.inferred = None, "", False
+    return items
+
+
 def settled(ask: Ask, items: list[Item]) -> Ask:
     """A "how many" whose every record carries a number of what is counted is a total of those numbers
     ("How many hours did Marta work?" over timesheet rows of hours; "How many visitors came?" over each
     day's visitors), not a count of the rows; an ask of anything else stays as it is."""
     if ask.op != "count" or ask.words not in ("how many", "number of", "total number of") or not items:
         return ask
-    word = ask.target.split()[-1] if ask.target else ""
-    if word and quantities.normal_unit(word) != word:
-        return Ask("total", ask.target, ask.words)              # "how many hours": a quantity in a unit
-    units = {i.unit for i in items}
-    if units == {""} and all(i.value is not None for i in items):
-        return Ask("total", ask.target, ask.words)              # each day's visitors
+    word = ask.target.split()[0].lower() if ask.target else ""
+    if word in quantities.UNIT_WORDS:
+        return Ask("total", ask.target, ask.words)              # "how many hours", "how many litres": a quantity
+    if all(i.value is not None and not i.inferred and not i.unit for i in items):
+        return Ask("total", ask.target, ask.words)              # the model read a number of them in every row
+    stem = re.escape(word.rstrip("s")[:max(3, len(word) - 2)])
+    counts = re.compile(rf"\d[\d,.' ]*\s+(?:[\w-]+\s+)?{stem}\w*", re.I) if word else None
+    if counts is not None and sum(1 for i in items if counts.search(i.quote)) * 2 >= len(items):
+        return Ask("total", ask.target, ask.words)              # "Friday: 180 visitors": each row counts them
     return ask
 
 
@@ -420,19 +442,27 @@ def model_figure(text: str, summary: dict, question: str = "") -> float | None:
     clean = _without_citations(text)
     found = [q for q in quantities.amounts(clean) if q.unit in units or (not units and q.unit)]
     asked_words = {w.rstrip("s") for w in _norm(question).split() if len(w) > 2} - _COMMON
-    best, best_score, since = None, 0, 0
+    target = (summary.get("target") or "").split()
+    counted = re.compile(rf"^\s+(?:[\w-]+\s+)?{re.escape(target[0].rstrip('s')[:5])}", re.I) \
+        if target and target[0] != "amounts" else None
+    best, best_score = None, 0
     for q in found:
-        clause = re.split(r"[.!?;\n]\s", clean[since:q.start])[-1]
-        since = q.end
-        if op == "total" and _PER_ITEM.match(clean[q.end:q.end + 16]):
+        before = _BOUNDARY.split(clean[:q.start])[-1]
+        after = _BOUNDARY.split(clean[q.end:])[0]
+        if op == "total" and _PER_ITEM.match(after):
             continue                                          # "280 mg each": one item's figure
-        words = {w.rstrip("s") for w in _norm(clause).split()}
-        said = (_AVERAGE_NEAR.search(clause[-40:]) or _AVERAGE_AFTER.match(clean[q.end:q.end + 20])) if op == "average" \
-            else (_TOTAL_NEAR.search(clause[-40:]) or _TOTAL_AFTER.match(clean[q.end:q.end + 20]))
+        if not q.unit and counted is not None and not counted.match(clean[q.end:q.end + 30]):
+            continue                                          # "house 1" counts no eggs; "273 eggs" does
+        words = {w.rstrip("s") for w in _norm(before + " " + after).split()}
+        said = (_AVERAGE_NEAR.search(before[-40:]) or _AVERAGE_AFTER.match(after)) if op == "average" \
+            else (_TOTAL_NEAR.search(before[-40:]) or _TOTAL_AFTER.match(after))
         score = 100 * bool(said) + len(words & asked_words)        # "in all", "an average of" first; then the question's words
         if score > best_score:
             best, best_score = q.value, score
     return best
+
+
+_BOUNDARY = re.compile(r"[.;:!?(),\n]\s*|\s(?:and|plus|but|while|then|including|excluding)\s", re.I)
 
 
 _COMMON = {"what", "was", "were", "the", "how", "much", "many", "did", "does", "for", "and", "with", "from", "into",
@@ -534,7 +564,8 @@ def figure_lines(summary: dict) -> list[tuple[str, str]]:
             if reference is None and len(totals) == 1:
                 reference = next(iter(totals.values()))
     says = summary.get("model_says")
-    if says is not None and reference is not None and not math.isclose(says, reference, rel_tol=1e-9, abs_tol=1e-6):
+    if says is not None and reference is not None and not math.isclose(abs(says), abs(reference), rel_tol=1e-9,
+                                                                          abs_tol=1e-6):
         basis = (f"the file states {number_text(reference)}" if states else
                  f"the app {'counted' if op == 'count' else 'computed'} {number_text(reference)} {where}")
         lines.append(("The model's answer says", f"{number_text(says)}; {basis}"))
@@ -586,7 +617,15 @@ def same_answer(a: str, b: str) -> bool:
     if near(a, b, ratio=0.85):
         return True
     ka, kb = name_key(a), name_key(b)
-    return bool(ka) and ka == kb
+    if ka and ka == kb:
+        return True
+    pa, pb = _parts(a), _parts(b)                     # "Lyon" and "Centre de Congrès, …, Lyon, France"
+    return bool(pa and pb) and (pa <= pb or pb <= pa)
+
+
+def _parts(text: str) -> set[str]:
+    """An answer's comma- or bracket-separated parts, each folded."""
+    return {p for p in (_norm(x) for x in re.split(r"[,;()]", text)) if p}
 
 
 def _figures_of(text: str) -> list[float]:

@@ -347,10 +347,11 @@ class Execution:
         if job.list_of:
             results = [r for _, r in relevant]
             items, changes["items_cut"] = answers.merge_items(results, text, job.task)
+            ask = answers.settled(answers.asked(job.task, job.list_of), items)
+            items = answers.values_asked(ask, items)
             lines = answers.line_numbers(text, [i.at for i in items])
             changes["items"] = [{"text": i.text, "quote": i.quote, "value": i.value, "unit": i.unit, "chunks": i.chunks,
                                  "at": i.at, "line": lines.get(i.at)} for i in items]
-            ask = answers.settled(answers.asked(job.task, job.list_of), items)
             changes["figures"] = answers.summarize(items, answers.file_states(results, text, ask), ask,
                                                    len(answered), job.file_chunks, changes["items_cut"])
             # How the file was cut, so that reading the rest of a partial answer cuts it the same way.

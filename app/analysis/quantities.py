@@ -64,6 +64,10 @@ _UNIT_AFTER = (r"(?:%|°\s?[CF]|€|\$|£|zł|kr\.?|Fr\.|(?:EUR|USD|GBP|CHF|PLN|
                r"feet|hours?|minutes?|seconds?|days?|weeks?|tablets?|tabs?|units|drops|puffs)\b)")
 
 
+# Words that name a unit (a "how many hours" counts a quantity, not rows).
+UNIT_WORDS = frozenset(k for k in _UNITS if k.isalpha() and len(k) > 2 and k not in ("tab", "tabs", "units"))
+
+
 def normal_unit(unit: str | None) -> str:
     """A unit as the app compares units: ``"€"``, ``"eur"`` and ``"euros"`` are ``"EUR"``; ``"mL"`` is
     ``"ml"``; an unknown one stays as written (trimmed); none is ``""``."""
@@ -114,8 +118,9 @@ _MONTHS = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?
 _DATE = re.compile(
     r"\b\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?\b"
     r"|\b\d{1,2}[./-]\d{1,2}[./-]\d{2,4}\b"
-    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\.?\s+{_MONTHS}(?:,?\s+\d{{4}})?\b"
-    rf"|\b{_MONTHS}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    rf"|\b(?:0?[1-9]|[12]\d|3[01])(?:st|nd|rd|th)?\.?\s+{_MONTHS}(?:,?\s+\d{{4}})?\b"
+    rf"|\b{_MONTHS}\s+(?:0?[1-9]|[12]\d|3[01])(?![\d,.]\d)(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    r"|(?<![\d.,€$£])\b(?:0[1-9]|[12]\d|3[01])\.(?:0[1-9]|1[0-2])\.(?=\s)"
     rf"|\b{_MONTHS}\s+\d{{4}}\b"
     r"|\b\d{1,2}/\d{1,2}\b(?!\s?(?:mg|g|ml|%))", re.I)
 _TIME = re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\s?[ap]\.?m\.?)?\b", re.I)
@@ -223,6 +228,8 @@ def _kind(text: str, m: re.Match, value: float, unit: str) -> str:
     before = text[max(0, first - 24):first]
     after = text[m.end():m.end() + 3]
     whole = re.fullmatch(r"\d+", m.group("num")) is not None
+    if whole and len(m.group("num")) > 1 and m.group("num")[0] == "0" and not (m.group("cur") or m.group("unit")):
+        return "id"                                           # donor 0125, 007: a code, not a quantity
     if _ID_BEFORE.search(before) and whole and not (m.group("cur") or m.group("unit")):
         return "id"                                           # room 12 · page 4 (not "room 6,000.00")
     if re.search(r"[A-Za-z]$|\w[-_/]$", before) or (m.group("unit") is None and _ID_AFTER.match(after)):
