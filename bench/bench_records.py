@@ -122,6 +122,7 @@ def run(url: str, model: str, file: str, text: str, demo: bool) -> dict:
             live.post(f"/s/{name}/messages", data={"message": QUESTIONS[file]})
             job = live.services.jobs.open_for(name)
             if job is None:         # it fits the window: asked from the file list ("Analyse in chunks") instead
+                name = live.services.store.create(model).name
                 live.post(f"/s/{name}/analysis/direct", data={"file": f"{file}.md"})
                 job = live.services.jobs.open_for(name)
             live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": QUESTIONS[file], "scope": "all"})

@@ -381,9 +381,15 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
 def read_rest(name: str, turn: int):
     """A list answer over part of its file read to the end (issue 40): the chunks it read are not read again,
     and the new answer replaces it."""
+    return _read_again(name, turn, services().jobs.read_rest)
+
+
+def _read_again(name: str, turn: int, read):
+    """A turn's answer read again over more of its file (``read``: the runner's ``read_whole`` or
+    ``read_rest``), the new job's card in its place."""
     _session(name)
     try:
-        job = services().jobs.read_rest(name, turn)
+        job = read(name, turn)
     except Busy as exc:
         abort(409, description=str(exc))
     except (HarveyError, OSError) as exc:
@@ -443,16 +449,7 @@ def read_whole(name: str, turn: int):
     """Self-Route's one tap (issue 32): a passages answer said the passages do not hold the answer; read
     the whole file for the same instruction. Its answer replaces the passages answer as the turn's reply
     (which the new scene keeps)."""
-    _session(name)
-    try:
-        job = services().jobs.read_whole(name, turn)
-    except Busy as exc:
-        abort(409, description=str(exc))
-    except (HarveyError, OSError) as exc:
-        abort(400, description=str(exc))
-    if request.headers.get("HX-Request") == "true":
-        return _turn_html(job)
-    return redirect(url_for("chat.page", name=name) + f"#turn-{job.turn}", code=303)
+    return _read_again(name, turn, services().jobs.read_whole)
 
 
 def _where(p: fountain.CitedPassage) -> str:
