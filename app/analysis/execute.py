@@ -354,9 +354,6 @@ class Execution:
                                  "at": i.at, "line": lines.get(i.at)} for i in items]
             changes["figures"] = answers.summarize(items, answers.file_states(results, text, ask), ask,
                                                    len(answered), job.file_chunks, changes["items_cut"])
-            # How the file was cut, so that reading the rest of a partial answer cuts it the same way.
-            changes["figures"]["plan"] = {"bpt": job.bytes_per_token, "where": {
-                str(i): [r.start, r.end, r.lines, r.pages, r.section, r.heading] for i, r in answered}}
             task = mapreduce.list_reduce_task(job.task, job.list_of, len(items), len(answered), job.file_chunks)
         elif answers.point_question(job.task):
             found = answers.versions([r for _, r in relevant])

@@ -21,7 +21,7 @@ from .. import chunking
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
 from .job import Job
-from .mapreduce import ranges, render_points
+from .mapreduce import ranges
 
 
 def analysis_record(job: Job, synthesis: str | None) -> fountain.ChunkAnalysis:
@@ -97,38 +97,16 @@ def computed_notes(job: Job) -> list[str]:
                                                          "minutes": round(minutes, 1) if minutes else None}))
     if job.replaces:
         out.append(notes.replaces(job.replaces))
+    if partial(job):
+        out.append(notes.partial({"job": job.id, "bpt": job.bytes_per_token}))
     return out
 
 
-def seeds(analysis: fountain.ChunkAnalysis) -> dict:
-    """What a list answer's scene says each answered chunk held, as results a read of the rest takes instead
-    of reading those chunks again (``runner.read_rest``): each item under every chunk that listed it, each
-    figure the file states under its chunk, a chunk with neither as one with nothing relevant, and where
-    each chunk lay; with the text's fingerprint.  The run takes a chunk's result only where its new chunk
-    lies exactly there in the same text (``runner._take_seeds``)."""
-    computed = notes.read_computed(analysis.computed)
-    figures = computed.count or {}
-    points: dict[int, list[dict]] = {}
-    for it in computed.items:
-        for n in (int(c) for c in str(it.get("chunks") or it.get("chunk") or "").replace(" ", "").split(",") if c):
-            points.setdefault(n, []).append({"point": it.get("text", ""), "quote": it.get("quote", ""),
-                                             "value": it.get("value"), "unit": it.get("unit", "")})
-    for s in figures.get("file_states") or []:
-        points.setdefault(int(s.get("chunk") or 0), []).append(
-            {"point": "stated", "quote": s.get("quote", ""), "value": s.get("value"), "unit": s.get("unit", ""),
-             "stated": True})
-    where = (figures.get("plan") or {}).get("where") or {}
-    results = []
-    for i, status in enumerate(analysis.results):
-        if status != "ok" or str(i) not in where:
-            continue
-        held = points.get(i + 1, [])
-        start, end, lines, pages, section, heading = where[str(i)]
-        results.append({"index": i, "status": "ok", "relevant": bool(held), "points": held,
-                        "text": render_points(held, None) if held else "Nothing relevant in this chunk.",
-                        "start": start, "end": end, "lines": lines, "pages": pages, "section": section,
-                        "heading": heading})
-    return {"source": analysis.source, "results": results}
+def partial(job: Job) -> bool:
+    """A read answer that rests on part of its file (the first N chunks, a stop, failed chunks): its chunk
+    answers are kept (``JobStore.remove``) so that reading the rest reads only what was not read."""
+    return (job.state == "done" and job.way != "retrieve"
+            and sum(1 for r in job.results.values() if r.status == "ok") < job.file_chunks)
 
 
 def rag_line(job: Job) -> str:

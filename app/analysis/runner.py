@@ -42,6 +42,7 @@ Settled jobs are forgotten (a few stay for late followers): memory stays flat.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -343,18 +344,21 @@ class JobRunner:
             turns = self.sessions.load(session).turns
             turn = turns[index] if 0 <= index < len(turns) else None
             analysis = turn.analysis if turn is not None else None
-            figures = notes.read_computed(analysis.computed).count if analysis is not None else None
-            if analysis is None or analysis.rag or turn.user_text is None or not figures or "op" not in figures:
-                raise JobError("That turn holds no list answer to read the rest of the file for.")
-            if int(figures.get("read") or 0) >= int(figures.get("chunks") or 0):
-                raise JobError("That answer rests on every chunk of the file already.")
-            bpt = (figures.get("plan") or {}).get("bpt") or None
-            fields = plan.plan(self.sizing, analysis.file, analysis.model, analysis.instruction, bpt=bpt)
+            computed = notes.read_computed(analysis.computed) if analysis is not None else None
+            if analysis is None or analysis.rag or turn.user_text is None or not computed.partial:
+                raise JobError("That answer rests on every chunk of its file already: there is no rest to read.")
+            kept = computed.partial
+            fields = plan.plan(self.sizing, analysis.file, analysis.model, analysis.instruction,
+                               bpt=kept.get("bpt") or None)
             job = self.propose(session, index, analysis.file, analysis.instruction, analysis.model, remaining=0,
                                turn_text=turn.user_text, fields=fields)
-            self.machine.update(job, expect="proposed", replaces=turn.reply or "", seeds=record.seeds(analysis))
+            seeds = [dataclasses.asdict(r) for r in self.store.partial(str(kept.get("job") or "")).values()
+                     if r.status == "ok"]
+            self.machine.update(job, expect="proposed", replaces=turn.reply or "",
+                                seeds={"source": analysis.source, "results": seeds})
+        list_of = (computed.count or {}).get("target", "") if computed.count and "op" in computed.count else ""
         try:
-            self.start(job, analysis.instruction, "all", "read", list_of=figures.get("target") or None)
+            self.start(job, analysis.instruction, "all", "read", list_of=list_of)
         except HarveyError as exc:
             self.note(job, str(exc), expect="proposed")
         return job
@@ -679,7 +683,7 @@ class JobRunner:
         """The outcome is recorded (or thrown away): the folder goes, the runner forgets the job,
         and its session is free again."""
         self._release(job)
-        self.store.remove(job)
+        self.store.remove(job, keep_results=record.partial(job))
         with self._lock:
             self.jobs.pop(job.id, None)
             self._run_start.pop(job.id, None)

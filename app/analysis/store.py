@@ -23,6 +23,8 @@ from .job import ChunkResult, Job
 
 log = logging.getLogger(__name__)
 
+KEEP_PARTIALS = 64      # partial answers whose chunk answers are kept for "read the rest"
+
 
 class JobStore:
     def __init__(self, folder: Path):
@@ -52,11 +54,32 @@ class JobStore:
                 os.fsync(fh.fileno())
             job.results[result.index] = result
 
-    def remove(self, job: Job) -> None:
-        """Delete the job's folder (its outcome is recorded, or the user threw it away)."""
+    def remove(self, job: Job, keep_results: bool = False) -> None:
+        """Delete the job's folder (its outcome is recorded, or the user threw it away).  ``keep_results``:
+        an answer that rests on part of its file keeps its chunks' answers (``partials/``, the newest
+        ``KEEP_PARTIALS``), so reading the rest reads only the chunks not read (``partial``)."""
         with self._lock:
             self._removed.add(job.id)
+            if keep_results:
+                self._keep(job)
             shutil.rmtree(self.folder / job.id, ignore_errors=True)
+
+    def _keep(self, job: Job) -> None:
+        partials = self.folder / "partials"
+        try:
+            partials.mkdir(exist_ok=True)
+            os.replace(self.folder / job.id / "results.jsonl", partials / f"{job.id}.jsonl")
+            kept = sorted(partials.glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+            for old in kept[:-KEEP_PARTIALS]:
+                old.unlink(missing_ok=True)
+        except OSError as exc:              # (a full disk: reading the rest then reads every chunk)
+            log.warning("the chunk answers of analysis %s could not be kept: %s", job.id, exc)
+
+    def partial(self, job_id: str) -> dict[int, ChunkResult]:
+        """The chunk answers a partial answer kept (``remove``), by chunk; {} when they are gone."""
+        if not job_id or not job_id.isalnum():
+            return {}
+        return self._results(self.folder / "partials" / f"{job_id}.jsonl")
 
     def exists(self, job: Job) -> bool:
         return (self.folder / job.id).exists()

@@ -188,8 +188,6 @@ def read(notes: list[str]) -> Read:
 # (``fountain.ChunkAnalysis.computed`` carries them as written) and shown at view time, so the reply
 # stays the model's own words.  Each holds one JSON object without arrays, its brackets escaped, so
 # no quoted text can close the note early.
-COMPUTED = ("chunk-item:", "chunk-count:", "chunk-conflict:", "chunk-coverage:", "rag-answerable:",
-            "chunk-replaces:")
 
 
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -222,6 +220,12 @@ def item(n: int, total: int, it: dict) -> str:
 def count(target: str, count_: int, total: float | None, valued: int, stated: int | None, cut: int) -> str:
     return "chunk-count: " + _packed({"target": target, "count": count_, "total": total, "valued": valued,
                                       "stated": stated, "cut": cut})
+
+
+def partial(kept: dict) -> str:
+    """``chunk-partial: {"job": "…", "bpt": 3.9}``: the answer rests on part of its file; its chunk answers are
+    kept under that job's id, and the file was cut at that many bytes per token (read the rest: the same cut)."""
+    return "chunk-partial: " + _packed(kept)
 
 
 def figures(summary: dict) -> str:
@@ -265,6 +269,7 @@ class Computed:
     answerable: bool | None = None
     cost: dict | None = None          # the whole-file read's cost a Self-Route offer shows
     replaced: str = ""
+    partial: dict | None = None       # the answer rests on part of its file: {"job", "bpt"} (read the rest)
 
 
 def read_computed(notes_: list[str]) -> Computed:
@@ -290,4 +295,6 @@ def read_computed(notes_: list[str]) -> Computed:
                 out.cost = _unpacked(rest[2:].strip())
         elif head == "chunk-replaces":
             out.replaced = (_unpacked(rest) or {}).get("answer", "")
+        elif head == "chunk-partial":
+            out.partial = _unpacked(rest)
     return out

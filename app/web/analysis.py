@@ -367,11 +367,12 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
         offer = {"url": url_for("analysis.read_whole", name=session, turn=index),
                  "text": whole_read_text(cost.get("chunks"), cost.get("calls"), cost.get("minutes"))}
     rest = None
-    if c is not None and "op" in c and not analysis.rag and int(c.get("read") or 0) < int(c.get("chunks") or 0):
-        left = int(c["chunks"]) - int(c["read"])
+    if found.partial and not analysis.rag:          # read the rest: only the chunks not read (issues 40, 42)
+        read = sum(1 for r in analysis.results if r == "ok")
+        left = max(0, analysis.chunks - read)
         rest = {"url": url_for("analysis.read_rest", name=session, turn=index),
                 "text": f"Read the other {left:,} chunk{'s' if left != 1 else ''} ({left + 1:,} model calls; the "
-                        f"{int(c['read']):,} read are not read again)"}
+                        f"{read:,} read are not read again)"}
     return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
             "offer": offer, "rest": rest, "replaced": found.replaced, "op": (c or {}).get("op", ""),
             "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
