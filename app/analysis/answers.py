@@ -684,6 +684,39 @@ def conflict_note(found: list[Version]) -> str:
             "chunks, and say which is more likely and why.")
 
 
+# -- reading the most relevant chunks first (issue 42) -----------------------------------------------
+
+CONFIDENT = 4            # of 5: a chunk's answer this sure may end a relevance-first read
+CONFIRM = 2              # ranked chunks read after the last new answer, to see that they add nothing
+SHARE = 0.25             # a relevance-first read that finds no sure answer stops after this share of the file
+
+
+def enough(read: list, total: int) -> str:
+    """Whether a relevance-first read may stop, from its results in the order read (most relevant
+    first): "answered" when a chunk answered with confidence ``CONFIDENT`` or more and the ``CONFIRM``
+    chunks read after the last new answer added no other answer; "share" when ``SHARE`` of the file
+    (three chunks at least) was read without a sure answer; "" to read on.  Never for a list, a count
+    or a total: there completeness is the task (the card reads those whole)."""
+    answers_seen: list[str] = []
+    last_new = -1
+    sure = False
+    for i, r in enumerate(read):
+        if getattr(r, "status", "ok") != "ok" or not getattr(r, "relevant", False):
+            continue
+        answer = " ".join(str(getattr(r, "answer", "") or "").split()) or " ".join(
+            str(p.get("point", "")) for p in getattr(r, "points", [])[:1])
+        confident = (getattr(r, "confidence", None) or 0) >= CONFIDENT
+        if answer and not any(same_answer(answer, a) for a in answers_seen):
+            answers_seen.append(answer)
+            last_new = i
+        sure = sure or (confident and bool(answer))
+    if sure and last_new >= 0 and len(read) - 1 - last_new >= CONFIRM:
+        return "answered"
+    if not sure and len(read) >= max(3, math.ceil(SHARE * total)):
+        return "share"
+    return ""
+
+
 # -- coverage ---------------------------------------------------------------------------------------
 
 def _plural(n: int, word: str) -> str:
@@ -699,6 +732,27 @@ def read_coverage(read: int, chunks: int, first_line: int, last_line: int, irrel
     if unread:
         line += f"; not read: {unread}"
     return line
+
+
+def relevant_coverage(lines: list, chunks: int, why: str, irrelevant: int = 0, max_ranges: int = 4) -> str:
+    """A relevance-first read's coverage (issue 42): "read 4 of 59 chunks, the most relevant (lines 120–180,
+    2,300–2,410); reading stopped when they answered the question; the rest not read"."""
+    spans = sorted((int(a), int(b)) for a, b in lines)
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    shown = ", ".join(f"{a:,}–{b:,}" for a, b in merged[:max_ranges]) + (", …" if len(merged) > max_ranges else "")
+    line = f"read {len(spans):,} of {_plural(chunks, 'chunk')}, the most relevant (lines {shown})"
+    if irrelevant:
+        line += f"; {irrelevant:,} had nothing relevant"
+    if why == "answered":
+        line += "; reading stopped when they answered the question"
+    elif why == "share":
+        line += f"; none answered it surely, so reading stopped at the most relevant {round(SHARE * 100)} %"
+    return line + ("; the rest not read" if len(spans) < chunks else "")
 
 
 def passages_coverage(passages: list[dict], text_chars: int, max_sections: int = 4) -> str:

@@ -35,7 +35,7 @@ from ..sessions import notes
 from ..work.activity import Part
 from ..work.calls import Request
 from . import answers, mapreduce, plan, record
-from .inflight import Interrupted, MapQueue
+from .inflight import Interrupted, MapQueue, RankedQueue
 from .job import ChunkResult, Job
 from .steps import RunSteps
 
@@ -112,6 +112,16 @@ class Execution:
         if activity is None:
             return True             # the job no longer holds its session: it was stopped
         return MapQueue(self, job, doc, activity, self.sizing.config.model_server.parallel).run()
+
+    def map_ranked(self, job: Job, doc: chunking.Document, order: list[int]) -> tuple[bool, str]:
+        """Map the chunks most relevant first until what was read answers the question (issue 42:
+        ``answers.enough``); (False when interrupted, why the reading stopped: "answered", "share" or
+        "" when every chunk was read)."""
+        activity = self.steps.activity_of(job)
+        if activity is None:
+            return True, ""
+        queue = RankedQueue(self, job, doc, activity, self.sizing.config.model_server.parallel, order, answers.enough)
+        return queue.run(), queue.why
 
     def _pause(self, job: Job, part: Part, seconds: float) -> bool:
         """Wait ``seconds`` before a retry (a server restarting); True when a Stop, a cancel or a
@@ -343,6 +353,9 @@ class Execution:
         changes: dict = {"coverage": answers.read_coverage(
             job.done_count, job.file_chunks, 1, max(1, last), len(answered) - len(relevant),
             "; ".join(notes.where(span) for span in job.unread))}
+        if job.way == "relevant":
+            changes["coverage"] = answers.relevant_coverage(
+                [r.lines for _, r in answered if r.lines], job.file_chunks, job.read_until, len(answered) - len(relevant))
         task, note = job.task, ""
         if job.list_of:
             results = [r for _, r in relevant]

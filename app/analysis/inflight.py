@@ -164,3 +164,31 @@ class MapQueue:
         """The job is about to pause: every other call in flight ends now."""
         for _, part in self.running.values():
             part.cancel()
+
+
+class RankedQueue(MapQueue):
+    """A relevance-first read's map calls (issue 42): the chunks in ``order`` (most relevant first), each
+    result committed as it lands (no chunk order to wait for, no re-plan: the chunks are the plan's),
+    and no new call started once ``enough`` says what was read answers the question."""
+
+    def __init__(self, execution, job: Job, doc: chunking.Document, activity: Activity, parallel: int,
+                 order: list[int], enough):
+        super().__init__(execution, job, doc, activity, parallel)
+        rank = {index: r for r, index in enumerate(order)}
+        self.todo.sort(key=lambda c: rank.get(c.index, len(rank) + c.index))
+        self.order, self.enough = [i for i in order if i < len(self.chunks)], enough
+        self.why = ""
+
+    def _stopping(self) -> bool:
+        return bool(self.why) or super()._stopping()
+
+    def _commit(self, everything: bool = False) -> None:
+        for index in list(self.landed):
+            outcome = self.landed.pop(index)
+            if not isinstance(outcome, ChunkResult) or (self.steps.stopped(self.job) and outcome.status != "ok"):
+                continue
+            self.steps.machine.add_result(self.job, outcome)
+            self.steps.partial(self.job, index)
+            self.steps.progress(self.job, running=self.in_flight())
+        read = [self.job.results[i] for i in self.order if i in self.job.results]
+        self.why = self.why or self.enough(read, len(self.chunks))

@@ -215,6 +215,10 @@ class Job:
     # Issue 40: what the app states beside the answer (``answers.summarize``): the ask, the count, the
     # totals per unit, the file's own stated figures, how much was read, the model's own figure.
     figures: dict = field(default_factory=dict)
+    # Issue 42, a relevance-first read ("relevant" way): how its chunks were ranked, and why it stopped
+    # ("answered", "share", or "" when it read every chunk).
+    ranked_by: str = ""
+    read_until: str = ""
     # "Read the rest" of a partial list answer (issue 40): the chunks its scene answered, as results to
     # take instead of reading them again ({"source", "chunks", "size", "results": [ChunkResult fields]});
     # taken when the run finds the same text cut into the same chunks (else read like the others).

@@ -148,6 +148,9 @@ def coverage_note(job: Job) -> str:
     not_run = [i + 1 for i in range(chunks) if job.results.get(i) is None]
     if not failed and not not_run:
         return ""
+    if job.way == "relevant":
+        return (f"\n\n_Note: this answer rests on the {job.done_count} most relevant of the {chunks} chunks of "
+                f"{job.file}; the rest was not read._")
     why = ([f"chunk{'s' if len(failed) > 1 else ''} {ranges(failed)} had no answer"] if failed else []) + (
         [f"chunk{'s' if len(not_run) > 1 else ''} {ranges(not_run)} {'were' if len(not_run) > 1 else 'was'} "
          "not run"] if not_run else [])

@@ -189,9 +189,9 @@ class Retrieval:
 
     # -- search and fit -----------------------------------------------------------------------
 
-    def _search(self, job: Job, index: Index, model: str | None) -> tuple[list[search.Hit], str]:
+    def _search(self, job: Job, index: Index, model: str | None, limit: int = 0) -> tuple[list[search.Hit], str]:
         """The hits for the question, and how they were found (said in the answer's notice)."""
-        limit = self.sizing.config.retrieval.passages * CANDIDATES_PER_PASSAGE
+        limit = limit or self.sizing.config.retrieval.passages * CANDIDATES_PER_PASSAGE
         vector = None
         activity = self.steps.activity_of(job)
         if model and activity is not None:
@@ -208,6 +208,39 @@ class Retrieval:
                                       f"holds vectors of {key.rsplit('#', 1)[-1]}")
         hits = search.search(index, job.task, model, vector, limit=limit)
         return hits, (f"hybrid search (keywords and {model})" if model else "keyword search")
+
+    def ranked(self, job: Job, doc: chunking.Document, chunks: list[chunking.Chunk]) -> tuple[list[int], str] | None:
+        """The run's chunks (their indexes) most relevant first, and how they were ranked (issue 42): from
+        the file's index as the passages answer searches it (keywords, and meaning where an embedding
+        model is installed, fused), each chunk at the rank of its best passage; the chunks no passage
+        matched follow in the file's order.  An index that cannot be searched gives the file's order.
+        None when the job was stopped while its index was made."""
+        rdoc = self.indexer.keyed(chunking.with_settings(doc, chunking.retrieval_settings()))
+        progress = self._indexed(job, rdoc)
+        if progress is None:
+            return None
+        try:
+            with Index(path_for(self.sizing.config.data_path, self.indexer.stored(rdoc.fingerprint))) as index:
+                model = progress.model if progress.model and index.complete(progress.model) else None
+                hits, how = self._search(job, index, model, limit=index.chunk_count())
+                where = {p.n: p for p in index.passages(h.n for h in hits)}
+        except (StaleVectors, BrokenIndex, HarveyError) as exc:
+            log.warning("relevance %s: the index could not be searched (%s); the file's order", job.id, exc)
+            return [c.index for c in chunks], "the file's order (the index could not be searched)"
+        best: dict[int, int] = {}
+        for rank, hit in enumerate(hits):
+            p = where.get(hit.n)
+            if p is None:
+                continue
+            for c in chunks:
+                if c.start < p.end and p.start < c.end:
+                    best.setdefault(c.index, rank)
+        # A passage may span several (smaller) chunks: among those, the one holding more of the question's
+        # words is read first.
+        words = {w for w in re.findall(r"\w+", job.task.casefold()) if len(w) > 2}
+        held = {c.index: sum(1 for w in words if w in c.text.casefold()) for c in chunks if c.index in best}
+        order = sorted(best, key=lambda i: (best[i], -held[i], i)) + [c.index for c in chunks if c.index not in best]
+        return order, how
 
     def _budget(self, job: Job):
         """The request's one budget: reply and margin taken, then the system prompt and question."""

@@ -302,8 +302,10 @@ class JobRunner:
                 raise JobError(f"With {model} the file makes {job.chunks} chunks: choose again.")
         chunks, selected = changes.get("chunks", job.chunks), changes.get("selected", job.selected)
         chosen = "all"
-        if way == "retrieve":
-            changes["way"] = "retrieve"
+        if way in ("retrieve", "relevant"):
+            changes["way"] = way                # the relevant chunks first reads any of them: every chunk may run
+            if way == "relevant":
+                selected, list_of = chunks, ""
         elif chunks > max_chunks:
             if scope not in ("all", "first"):
                 raise JobError(f"Choose whether to analyse all {chunks} chunks or only the first {max_chunks}.")
@@ -587,6 +589,8 @@ class JobRunner:
             self.machine.update(job, expect="running", source=source)
         if job.way == "retrieve":
             return Retrieval(self.steps).run(job, doc)
+        if job.way == "relevant" and job.synthesis != "pending":
+            return self._run_relevant(job, doc)
         self._take_seeds(job, doc)
         run = Execution(self.steps)
         if job.synthesis != "pending" and not run.map_all(job, doc):
@@ -595,6 +599,22 @@ class JobRunner:
             return self._after_stop(job)
         if job.synthesis != "pending" and job.wants_all and job.left_out:
             return self._ask_to_read_on(job, doc)
+        run.reduce(job, doc)
+
+    def _run_relevant(self, job: Job, doc: chunking.Document) -> None:
+        """A question with one answer (issue 42): the chunks most relevant first, until what was read
+        answers it; then the synthesis of what was read, in the file's order."""
+        ranked = Retrieval(self.steps).ranked(job, doc, plan.job_chunks(self.sizing, job, doc))
+        if ranked is None:
+            return                  # stopped while the index was made
+        order, how = ranked
+        run = Execution(self.steps)
+        finished, why = run.map_ranked(job, doc, order)
+        if not finished:
+            return                  # interrupted: Ollama is away
+        if self._stopped(job):
+            return self._after_stop(job)
+        self.machine.update(job, expect="running", ranked_by=how, read_until=why)
         run.reduce(job, doc)
 
     def _take_seeds(self, job: Job, doc: chunking.Document) -> None:

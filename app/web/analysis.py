@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 
 from flask import Blueprint, Response, abort, flash, redirect, render_template, request, stream_with_context, url_for
@@ -70,9 +71,9 @@ def start(name: str, job_id: str):
         if instruction.strip().lower() == "no":
             runner.decline(job)
         else:
+            way = request.form.get("way")
             runner.start(job, instruction, request.form.get("scope", ""),
-                         "retrieve" if request.form.get("way") == "retrieve" else "read",
-                         list_of=request.form.get("list_of"))
+                         way if way in ("retrieve", "relevant") else "read", list_of=request.form.get("list_of"))
     except InvalidTransition:
         pass                                  # started (or answered) already: show the card as it is
     except HarveyError as exc:                # refused: say why on the card, only if it is still asking
@@ -263,8 +264,22 @@ def _card_context() -> dict:
     return {"config_chunking": services().config.chunking, "now_ts": time.time,
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
-            "retrieval_offer": retrieval_offer, "computed": computed,
+            "retrieval_offer": retrieval_offer, "computed": computed, "question_kind": question_kind,
             "list_target": lambda text: answers.list_target(without_directive(text or ""))}
+
+
+def question_kind(job: Job) -> dict:
+    """What the card says the question is, and so which read it offers first (issue 42): "one" (a question
+    with one answer: the most relevant chunks first, until they answer it) or "whole" (a list, a count,
+    a total, a summary: every chunk); with the cost of each.  The guess is shown, and the other read is
+    the button beside it."""
+    task = without_directive(job.instruction or "")
+    one = answers.point_question(task) and not answers.list_target(task)
+    per = job.seconds_per_chunk
+    share = max(3, math.ceil(answers.SHARE * job.chunks))
+    return {"kind": "one" if one else "whole", "share": min(share, job.chunks),
+            "whole_minutes": max(1, round(per * job.chunks / 60)) if per else None,
+            "share_minutes": max(1, round(per * min(share, job.chunks) / 60)) if per else None}
 
 
 def retrieval_offer(job: Job) -> dict:
