@@ -72,6 +72,8 @@ def cmd_serve(config: Config, args) -> int:
     probe = connect(config, connect_timeout=1.0)
     up = probe.is_up()
     probe.close()
+    if not up and (found := _local_llama_server(config)) is not None:
+        config, up = found, True
     if not up:
         if args.demo:
             demo, config = _start_demo(config)
@@ -190,6 +192,29 @@ def make_server(app, server_cfg, channels: dict | None = None):
                            **waitress_proxy_settings(server_cfg))
     server.channel_class = body_limit_channel()
     return server
+
+
+def _local_llama_server(config: Config) -> Config | None:
+    """A local llama-server on its other default port (``config.LLAMA_SERVER_URLS``) when the configured
+    one is the first default and does not answer: the config that uses it, else None."""
+    from .config import LLAMA_SERVER_URLS
+    from .modelserver import connect
+
+    server = config.model_server
+    if server.api != "openai" or server.url != LLAMA_SERVER_URLS[0]:
+        return None
+    for url in LLAMA_SERVER_URLS[1:]:
+        if url.endswith(f":{config.server.port}"):
+            continue                                    # Harvey's own port
+        candidate = dataclasses.replace(config, model_server=dataclasses.replace(server, url=url))
+        probe = connect(candidate, connect_timeout=1.0)
+        try:
+            if probe.is_up():
+                log.info("No llama-server at %s; using the one at %s", server.url, url)
+                return candidate
+        finally:
+            probe.close()
+    return None
 
 
 def _start_demo(config: Config):

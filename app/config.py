@@ -179,9 +179,20 @@ def load_config(path: str | os.PathLike | None = None, env: dict | None = None) 
     data: dict = {}
     if path and Path(path).exists():
         data = _read_yaml(Path(path))
-    config = _build(Config, _fold_old_keys(_renamed_section(data, source), source), source, prefix="")
+    data = _fold_old_keys(_renamed_section(data, source), source)
+    config = _build(Config, data, source, prefix="")
+    server = data.get(SECTION) if isinstance(data.get(SECTION), dict) else {}
+    if config.model_server.api == "openai" and "url" not in server:     # Ollama's port is no OpenAI server's
+        config = dataclasses.replace(config, model_server=dataclasses.replace(config.model_server,
+                                                                              url=LLAMA_SERVER_URLS[0]))
     config = dataclasses.replace(config, source=source)
     return _apply_env(config, env)
+
+
+# A local llama-server's default address (issue 42: its default port moves from 8080 to 9931; both are
+# seen): ``api: openai`` without a ``url`` uses the first, and ``harvey serve`` tries the next when the
+# first does not answer (not the port Harvey itself listens on).
+LLAMA_SERVER_URLS = ("http://127.0.0.1:9931", "http://127.0.0.1:8080")
 
 
 def _renamed_section(data: dict, source: str) -> dict:

@@ -8,7 +8,8 @@ enforced as each server does: llama-server refuses a prompt of at least ``n_ctx`
 (``exceed_context_size_error``), vLLM one whose prompt plus ``max_tokens`` exceeds
 ``max_model_len``. Every request is recorded, with whether the client hung up before the end.
 ``Reply(send_done=False)`` ends the body cleanly after the finish reason and usage without
-``data: [DONE]`` (llama.cpp's server before PR #9459, ik_llama.cpp, llama-box); ``kill()`` and
+``data: [DONE]`` (llama.cpp's server before PR #9459, ik_llama.cpp, llama-box); a llama-server asked for
+``return_progress`` sends three ``prompt_progress`` events before the reply; ``kill()`` and
 ``revive()`` take the server away and bring it back on the same port (a restart with other flags:
 change ``models`` in between).
 """
@@ -209,6 +210,11 @@ def _handler_for(server: ScriptedOpenAI):
             self.end_headers()
             pieces = [reply.text[i:i + reply.piece_size] for i in range(0, len(reply.text), reply.piece_size)]
             try:
+                if body.get("return_progress") and server.kind == "llama":     # llama-server reading the prompt
+                    total = server.prompt_tokens(body)
+                    for done in (total // 3, 2 * total // 3, total):
+                        self._event({"choices": [], "prompt_progress": {"total": total, "cache": 0, "processed": done,
+                                                                        "time_ms": 10 * done}})
                 self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]})
                 for n, piece in enumerate(pieces):
                     if reply.fault in ("midstream_error", "drop") and n == reply.fault_after:

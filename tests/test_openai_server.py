@@ -8,6 +8,7 @@ error, and the cancel contract of ``app.modelserver.base`` (before the first byt
 """
 
 import dataclasses
+import re
 import time
 
 import httpx
@@ -422,3 +423,57 @@ def test_a_server_without_a_tokenizer_leaves_the_estimate_alone(tmp_path, vllm, 
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     assert live.services.jobs.open_for(name) is not None
     assert vllm.paths().count("/tokenize") == 1 and live.services.calibration.samples("org/tiny", "markdown") == 0
+
+
+def test_llama_servers_prompt_progress_reaches_the_card(tmp_path, llama, make_live):
+    """Issue 42: a llama-server is asked for ``return_progress`` and its ``prompt_progress`` events are the
+    card's stage while a chunk's prompt is read ("reading the prompt, 1,200 of 4,800 tokens"); a vLLM
+    is not asked (it does not know the field)."""
+    from pathlib import Path
+
+    from test_analysis import big_markdown
+
+    config = openai_config(tmp_path, llama.url)
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize this part.", "scope": "all"})
+    events = list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30, total=60))
+    chats = [r for r in llama.requests if r.path == "/v1/chat/completions"]
+    assert chats and all(r.body.get("return_progress") is True for r in chats)
+    staged = [data for event, data, _ in events if event == "progress" and "reading the prompt" in data]
+    assert any(re.search(r"Processing chunk \d+/\d+: reading the prompt, [\d,]+ of [\d,]+ tokens", d) for d in staged)
+    assert any("Synthesizing: reading the prompt" in d for d in staged)
+
+
+def test_a_vllm_is_not_asked_for_prompt_progress(tmp_path, vllm):
+    server = OpenAIServer(vllm.url)
+    try:
+        server.window("org/tiny")
+        list(server.chat("org/tiny", [{"role": "user", "content": "hi"}], num_ctx=2048, num_predict=8))
+    finally:
+        server.close()
+    assert "return_progress" not in [r for r in vllm.requests if r.path == "/v1/chat/completions"][-1].body
+
+
+def test_a_local_llama_server_is_found_on_either_default_port(tmp_path, llama, monkeypatch):
+    """Issue 42: llama-server's default port moves from 8080 to 9931. ``api: openai`` without a url uses
+    the new one, and ``harvey serve`` tries the old one when the new one does not answer (never the port
+    Harvey itself listens on)."""
+    from app import cli, config as config_module
+    from app.config import load_config
+
+    path = tmp_path / "harvey.yaml"
+    path.write_text("model_server:\n  api: openai\n  model: tiny:1b\n")
+    loaded = load_config(path, env={})
+    assert loaded.model_server.url == "http://127.0.0.1:9931"
+    monkeypatch.setattr(config_module, "LLAMA_SERVER_URLS", ("http://127.0.0.1:9", llama.url))
+    loaded = dataclasses.replace(loaded, model_server=dataclasses.replace(loaded.model_server, url="http://127.0.0.1:9"))
+    found = cli._local_llama_server(loaded)
+    assert found is not None and found.model_server.url == llama.url
+    port = int(llama.url.rsplit(":", 1)[1])
+    mine = dataclasses.replace(loaded, server=dataclasses.replace(loaded.server, port=port))
+    assert cli._local_llama_server(mine) is None                  # that is Harvey's own port

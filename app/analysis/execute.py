@@ -231,13 +231,14 @@ class Execution:
             num_predict = min(self.sizing.config.chunking.map_reply_tokens, 2 * budget.num_predict + 32)
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
-                                  format=mapreduce.MAP_SCHEMA, holder=part)
+                                  format=mapreduce.MAP_SCHEMA, holder=part, reading=_reading(job, chunk))
             except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
                 self.machine.update(job, expect="running", format_refused=True)
         messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
-        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True, holder=part)
+        return self._call(job, messages, budget.num_predict, kind=job.text_kind or None, chunk=True, holder=part,
+                          reading=_reading(job, chunk))
 
     @staticmethod
     def _read_reply(job: Job, reply: str, chunk_text: str) -> mapreduce.MapAnswer:
@@ -263,7 +264,7 @@ class Execution:
         if not job.format_refused:
             try:
                 return self._call(job, messages, num_predict, kind=job.text_kind or None, chunk=True,
-                                  format=schema, holder=part)
+                                  format=schema, holder=part, reading=_reading(job, chunk))
             except FormatRefused as exc:
                 log.info("analysis %s: the server refused the JSON schema (%s); free text from now on", job.id,
                          _one_line(exc))
@@ -273,7 +274,7 @@ class Execution:
         else:
             messages = mapreduce.map_messages(job.task, chunk, job.total, budget.words, pages)
         return self._call(job, messages, num_predict if job.list_of else budget.num_predict,
-                          kind=job.text_kind or None, chunk=True, holder=part)
+                          kind=job.text_kind or None, chunk=True, holder=part, reading=_reading(job, chunk))
 
     def interrupt(self, job: Job, exc: BaseException, during: str = "") -> None:
         """The model server is away: pause the job with what it has; Retry continues it."""
@@ -285,21 +286,23 @@ class Execution:
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
               chunk: bool = False, format: dict | None = None, holder: Part | None = None,
-              cuts: list[int] | None = None) -> str:
+              cuts: list[int] | None = None, reading: str = "") -> str:
         """One model call through the shared helper (``work.calls``): refused before sending if it
         would not fit the window with its reply, cancelled by the job's activity on a stop
         (``holder``: the map call's part of it, which a re-plan may also cancel).
 
         What it cost (the server's own prompt and reply token counts, its time) is added
         to the job; a map call (``chunk``) also measures the file's own bytes per token,
-        which a re-plan sizes the rest with.
+        which a re-plan sizes the rest with.  ``reading``: what the card says while a server that reports
+        it reads the prompt (llama-server's ``return_progress``: "Processing chunk 4/20: reading the prompt,
+        1,200 of 4,800 tokens"), at most once a second.
         """
         activity = holder or self.steps.activity_of(job)
         if activity is None:
             raise Cancelled("The analysis no longer holds its session.")
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
         request = Request(job.model, messages, window=job.window, num_predict=num_predict, bytes_per_token=bpt,
-                          kind=kind, format=format)
+                          kind=kind, format=format, on_progress=self._prompt_progress(job, reading) if reading else None)
         text, usage = self.calls.text(activity, request)
         if usage is not None:
             measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
@@ -308,6 +311,17 @@ class Execution:
         if cuts is not None:        # the caller says when its reply ended at its cap
             cuts.append(request.num_predict if usage is not None and usage.cut_off else 0)
         return text
+
+    def _prompt_progress(self, job: Job, reading: str):
+        """A call's prompt progress as the card's stage, at most once a second."""
+        said = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if now - said[0] >= 1.0 or done >= total:
+                said[0] = now
+                self.steps.progress(job, stage=f"{reading}: reading the prompt, {done:,} of {total:,} tokens")
+        return progress
 
     def _reduce_bpt(self, job: Job) -> float:
         """Reduce requests carry the model's own prose: sized at the newest cautious figure for it
@@ -388,7 +402,8 @@ class Execution:
         effective = plan.effective_context(self.sizing, job.model, job.window)
         cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
-            lambda messages, reply: self._call(job, messages, reply, cuts=cuts), effective=effective,
+            lambda messages, reply: self._call(job, messages, reply, cuts=cuts, reading="Synthesizing"),
+            effective=effective,
             safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
             progress=lambda stage: self.steps.progress(job, stage=stage))
@@ -409,3 +424,8 @@ class Execution:
             log.warning("analysis %s: the synthesis was cut at its cap of %d tokens", job.id, cuts[-1])
             answer += cut_note("synthesis", cuts[-1])
         return answer
+
+
+def _reading(job: Job, chunk: chunking.Chunk) -> str:
+    """The card's words for a map call in flight."""
+    return f"Processing chunk {chunk.index + 1}/{job.total}"

@@ -30,7 +30,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..errors import ModelError
 from .counting import TokenCounters
@@ -94,6 +94,9 @@ class ChatStream(ABC):
     def __init__(self) -> None:
         self.usage: Usage | None = None
         self.cancelled = False
+        # (processed, total) prompt tokens while a server that reports it reads the prompt (llama-server's
+        # ``return_progress``): a Pi spends minutes there before the first token (issue 42).
+        self.on_progress: Callable[[int, int], None] | None = None
         self._pieces: list[str] = []
         self._lock = threading.Lock()
         self._started = False

@@ -185,7 +185,14 @@ class OpenAIServer(HttpServer):
             body["temperature"] = temperature
         if format is not None:
             body["response_format"] = _response_format(format)
+        if self.is_llama_server():
+            body["return_progress"] = True      # prompt_progress events while it reads the prompt (issue 42)
         return OpenAIChatStream(self, body, int(num_ctx))
+
+    def is_llama_server(self) -> bool:
+        """Whether ``/props`` answered (llama-server, llamafile), as last asked: no request of its own."""
+        with self._probe_lock:
+            return bool(self._props and self._props[1])
 
     def check_window(self, model: str, num_ctx: int) -> None:
         """Refuse a request budgeted for more than the server serves (a configured
@@ -226,6 +233,11 @@ class OpenAIChatStream(CallStream):
             if event is None:                           # data: [DONE]
                 self.usage = tally.usage(started, first, time.monotonic())
                 return
+            progress = event.get("prompt_progress")
+            if isinstance(progress, dict) and self.on_progress is not None:
+                total, done = _positive(progress.get("total")), progress.get("processed")
+                if total and isinstance(done, int):
+                    self.on_progress(min(done, total), total)
             piece = tally.add(event)
             if piece:
                 first = first or time.monotonic()

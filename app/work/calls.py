@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..budget import Calibration, count_messages, estimate_messages
 from ..errors import ModelError
@@ -50,6 +50,7 @@ class Request:
     kind: str | None = None     # the calibration kind of the prompt's text (None: chat)
     format: dict | str | None = None
     tokens: int | None = None   # the prompt's estimate when the caller knows better (files of their own kind)
+    on_progress: Callable[[int, int], None] | None = None   # prompt tokens read so far, of all (llama-server)
 
     @property
     def estimate(self) -> int:
@@ -154,6 +155,7 @@ class ModelCalls:
                 f"reply would exceed the window of {request.window:,} tokens; nothing was sent.")
         stream = self.server.chat(request.model, request.messages, num_ctx=request.window,
                                   num_predict=request.num_predict, format=request.format)
+        stream.on_progress = request.on_progress
         activity.attach(stream)
         return stream
 
