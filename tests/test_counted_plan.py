@@ -199,8 +199,8 @@ def test_the_cards_one_button_says_what_it_runs(tmp_path, smollm, make_live):
         live = make_live(config)
         session = live.open_session()
         card = live.post(f"/s/{session}/messages", data={"message": f"Summarize {name}"}).text
-        button = re.search(r'<button class="button primary" type="submit">([^<]*)</button>', card).group(1)
-        assert re.search(r'value="first" required checked', card)
+        button = re.search(r'<button class="button primary read-all" type="submit"[^>]*>([^<]*)</button>', card).group(1)
+        assert re.search(r'value="all" required checked', card)      # a summary is read whole by default (issue 42)
         assert "all" not in button.lower() and "chosen" in button
 
 
