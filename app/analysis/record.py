@@ -98,7 +98,7 @@ def computed_notes(job: Job) -> list[str]:
     if job.replaces:
         out.append(notes.replaces(job.replaces))
     if partial(job):
-        out.append(notes.partial({"job": job.id, "bpt": job.bytes_per_token}))
+        out.append(notes.partial({"job": job.id, "bpt": job.bytes_per_token, "per_chunk": round(job.chunk_seconds(), 1)}))
     return out
 
 

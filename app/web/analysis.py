@@ -385,9 +385,11 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
     if found.partial and not analysis.rag:          # read the rest: only the chunks not read (issues 40, 42)
         read = sum(1 for r in analysis.results if r == "ok")
         left = max(0, analysis.chunks - read)
+        per = float(found.partial.get("per_chunk") or 0)
+        minutes = f", about {max(1, round(per * left / 60))} min" if per else ""
         rest = {"url": url_for("analysis.read_rest", name=session, turn=index),
-                "text": f"Read the other {left:,} chunk{'s' if left != 1 else ''} ({left + 1:,} model calls; the "
-                        f"{read:,} read are not read again)"}
+                "text": f"Read the other {left:,} chunk{'s' if left != 1 else ''} ({left + 1:,} model calls{minutes}; "
+                        f"the {read:,} read are not read again)"}
     return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
             "offer": offer, "rest": rest, "replaced": found.replaced, "op": (c or {}).get("op", ""),
             "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
