@@ -558,6 +558,7 @@ def test_multi_model_turns_read_back(reply, more, notes):
 
 @PROPERTY
 @given(turn_list=st.lists(turn_st, min_size=1, max_size=4))
+@example(turn_list=[spmd.Turn(when=datetime(2026, 6, 27, 10, 4), user_text="ATO:\u2028", model=None, reply=None)])
 def test_any_sequence_of_turns_reads_back(turn_list):
     text = session_text(*turn_list)
     assert spmd.turns(spmd.loads(text)) == [canonical(t) for t in turn_list]

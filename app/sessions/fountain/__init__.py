@@ -108,8 +108,12 @@ as the character's dialogue:
    there still loses one when read, and the writer adds one to such a run
    (``/\*`` in a text is written ``/\\*``).
 4. A carriage return (CRLF or a lone CR in a text) is written as ``␍``
-   (U+240D); backslashes right before a ``␍`` or CR are doubled and a literal
-   ``␍`` gets one more, as in C string escapes.
+   (U+240D), and so is every other character Python's ``splitlines`` (and so
+   fountain-py) breaks a line at, each as a symbol of its own (VT ``␋``, FF ``␌``,
+   FS/GS/RS ``␜␝␞``, NEL ``␤``, U+2028 ``⏎``, U+2029 ``❡``): a reader that split
+   there would see a line no rule had checked. Backslashes right before one of
+   them or its symbol are doubled and a literal symbol gets one more, as in C
+   string escapes.
 
 Each rule is a bijection on its own pattern and the patterns do not overlap,
 so any ``str`` reads back exactly (the tests check it with hypothesis).  The

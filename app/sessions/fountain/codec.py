@@ -12,7 +12,6 @@ from .data import END_MARKER, Element, Scene, Screenplay
 
 # ------------------------------------------------------------ line escaping
 
-_CR_SYMBOL = "\u240d"  # ␍ SYMBOL FOR CARRIAGE RETURN
 # An empty line inside a text.  Not whitespace to any parser (Python, Go, JavaScript), so every
 # Fountain tool keeps the dialogue going across it, and the terminal Harvey's Fountain library
 # never sees an empty line inside a reply: after one it takes any line without lowercase
@@ -40,8 +39,16 @@ _BRACKET_BACK_ESC = re.compile(r"\[\\(\\*)(?=\[)")
 # line after a cue for one, and jouvence and screenplain read it as dialogue, so any other
 # capitals line ("I AM HERE!", "| A | B |") is written as it is.
 _FOUNTAIN_PY_CUE = re.compile(r"(?=[A-Z0-9\s_.'#-]*[A-Z])[A-Z0-9][A-Z0-9\s_.'#-]*(?:\s*\(.+\))?\s*\^*")
-_CARRIAGE = re.compile(r"(\\*)([\r\u240d])")
-_CARRIAGE_ESC = re.compile(r"(\\*)\u240d")
+# Rule 4: a carriage return, and every other character Python's (and so fountain-py's) ``splitlines``
+# breaks a line at besides "\n", is written as a symbol of its own (a reader that splits there would
+# see a line the writer never checked: "ATO:" + U+2028 became a transition).
+_BREAKS = {"\r": "\u240d", "\x0b": "\u240b", "\x0c": "\u240c", "\x1c": "\u241c", "\x1d": "\u241d",
+           "\x1e": "\u241e", "\x85": "\u2424", "\u2028": "\u23ce", "\u2029": "\u2761"}
+_BREAK_OF = {symbol: raw for raw, symbol in _BREAKS.items()}
+_CARRIAGE = re.compile("(\\\\*)([" + "".join(_BREAKS) + "".join(_BREAKS.values()) + "])")
+_CARRIAGE_ESC = re.compile("(\\\\*)([" + "".join(_BREAKS.values()) + "])")
+_ANY_BREAK = re.compile("[" + "".join(_BREAKS) + "".join(_BREAKS.values()) + "]")
+_ANY_SYMBOL = re.compile("[" + "".join(_BREAKS.values()) + "]")
 # Rule 5: in-line shapes the terminal Harvey's Fountain library misreads, each broken by a zero
 # width space at one place (a run already there gets one more, so the rule is a bijection):
 # " -" anywhere makes a line a scene heading, and so does a "#" at its end; a line ending "TO:" or
@@ -111,8 +118,8 @@ def _escape_inline(s: str) -> str:
     if "[" in s:
         s = _BRACKET_BACK.sub(lambda m: "[\\" + m[1], s)
         s = _DOUBLE_BRACKET.sub(lambda m: "[" + BLANK_LINE + m[1], s)
-    if "\r" in s or _CR_SYMBOL in s:
-        s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] == _CR_SYMBOL)) + _CR_SYMBOL, s)
+    if _ANY_BREAK.search(s):
+        s = _CARRIAGE.sub(lambda m: "\\" * (2 * len(m[1]) + (m[2] in _BREAK_OF)) + _BREAKS.get(m[2], m[2]), s)
     for trap, _ in _GO_TRAPS:
         s = trap.sub(_one_more_zw, s)
     return s
@@ -130,7 +137,7 @@ def _one_less_zw(m: re.Match[str]) -> str:
 
 def _cr_back(m: re.Match[str]) -> str:
     n = len(m[1])
-    return "\\" * (n // 2) + (_CR_SYMBOL if n % 2 else "\r")
+    return "\\" * (n // 2) + (m[2] if n % 2 else _BREAK_OF[m[2]])
 
 
 def _unescape_inline(s: str) -> str:
@@ -146,7 +153,7 @@ def _unescape_inline(s: str) -> str:
             s = _DOUBLE_BRACKET_ESC.sub(lambda m: "[" + m[1], s)
         for _, escaped in _GO_TRAPS:
             s = escaped.sub(_one_less_zw, s)
-    if _CR_SYMBOL in s:
+    if _ANY_SYMBOL.search(s):
         s = _CARRIAGE_ESC.sub(_cr_back, s)
     return s
 
@@ -196,16 +203,16 @@ def _encode_text(text: str, dialogue: bool = False) -> list[str]:
     return [_encode_line(line, first if i == 0 else False) for i, line in enumerate(text.split("\n"))]
 
 
-# What any decoding rule acts on: a backslash, a zero width space, a ␍, or a line that starts with
-# whitespace (a blank-looking line, or the space that protects a parenthetical).
-_ESCAPED = re.compile("[\\\\\u200b\u240d]|(?:^|\n)\\s")
+# What any decoding rule acts on: a backslash, a zero width space, a line break's symbol (rule 4), or a
+# line that starts with whitespace (a blank-looking line, or the space that protects a parenthetical).
+_ESCAPED = re.compile("[\\\\\u200b" + "".join(_BREAK_OF) + "]|(?:^|\n)\\s")
 _INDENTED_LINE = re.compile(r"\n\s")
 
 
 def _needs_decoding(written: str) -> bool:
     """``_ESCAPED.search(written)``, five times faster: the reader asks it of every paragraph,
     and a regex that may start at any line start tries both branches at every character."""
-    return ("\\" in written or BLANK_LINE in written or _CR_SYMBOL in written or written[:1].isspace()
+    return ("\\" in written or BLANK_LINE in written or _ANY_SYMBOL.search(written) is not None or written[:1].isspace()
             or ("\n" in written and _INDENTED_LINE.search(written) is not None))
 
 
