@@ -104,6 +104,7 @@ class Budget:
     bytes_per_token: float
     components: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)   # what did not fit, in words
+    dropped: list[str] = field(default_factory=list)   # the costly past turns left out, named (``fit_history``)
     limited_by: str = ""             # what sets the window (``window_limit``): "memory" is said on the page
     counter: object | None = None    # the model's exact counter (tokens.Counter); None: bytes per token
     template: tuple[int, int] = (MESSAGE_OVERHEAD_TOKENS, 0)   # tokens per message, per request
@@ -179,25 +180,36 @@ def margin_share(config: Config, exact: bool) -> float:
     return min(config.budget.safety_margin, EXACT_MARGIN) if exact else config.budget.safety_margin
 
 
-def fit_history(budget: Budget, system: str, turns: list[list[dict]]) -> tuple[list[dict], int]:
-    """The newest whole turns that fit after the system prompt; and how many were left out.
+def fit_history(budget: Budget, system: str, turns: list[list[dict]],
+                expendable: list[str | None] | None = None) -> tuple[list[dict], int]:
+    """The past turns that fit after the system prompt, in order; and how many were left out.
 
-    ``turns`` holds each past turn's messages (user, assistant), oldest first.
-    The oldest are dropped from the request, never from the session file.
+    ``turns`` holds each past turn's messages (user, assistant), oldest first.  When they do not all
+    fit, the turns that cost most for least go first (issue 44): those ``expendable`` names (a long
+    analysis answer, a reply cut at its cap or stopped in a loop: ``expendable[i]`` says what turn ``i``
+    is, None for an ordinary turn), the costliest of them first; then the oldest.  What went is said in
+    ``budget.dropped``.  Turns leave the request, never the session file.
     """
     budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
-    kept: list[list[dict]] = []
-    history_tokens = 0
+    costs = [budget.messages_cost(messages) for messages in turns]
     room = budget.remaining
-    for messages in reversed(turns):
-        cost = budget.messages_cost(messages)
-        if history_tokens + cost > room:
+    total = sum(costs)
+    dropped: set[int] = set()
+    labels = expendable or [None] * len(turns)
+    for i in sorted((i for i, label in enumerate(labels) if label), key=lambda i: -costs[i]):
+        if total <= room:
             break
-        kept.append(messages)
-        history_tokens += cost
-    budget.components["history"] = history_tokens
-    left_out = len(turns) - len(kept)
-    return [m for messages in reversed(kept) for m in messages], left_out
+        dropped.add(i)
+        total -= costs[i]
+    for i in range(len(turns)):
+        if total <= room:
+            break
+        if i not in dropped:
+            dropped.add(i)
+            total -= costs[i]
+    budget.components["history"] = total
+    budget.dropped = [f"{labels[i]} ({costs[i]:,} tokens)" for i in sorted(dropped) if labels[i]]
+    return [m for i, messages in enumerate(turns) if i not in dropped for m in messages], len(dropped)
 
 
 # -- kinds of text --------------------------------------------------------------------------

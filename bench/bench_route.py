@@ -101,6 +101,10 @@ def ask(url: str, model: str, text: str, question: str, way: str, rest: bool, de
             name = live.open_session()
             live.post(f"/s/{name}/messages", data={"message": f"{question} (manual.md)"})
             job = live.services.jobs.open_for(name)
+            if job is None:      # it fits the window (a small model's 8,192): asked from the file list instead
+                name = live.services.store.create(model).name
+                live.post(f"/s/{name}/analysis/direct", data={"file": "manual.md"})
+                job = live.services.jobs.open_for(name)
             live.post(f"/s/{name}/analysis/{job.id}/start",
                       data={"instruction": question, "way": way, "scope": "all"})
             jobs = [settle(live, name, job)]

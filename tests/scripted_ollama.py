@@ -40,6 +40,22 @@ from typing import Callable
 from scripted_http import ScriptedServer, TrackedHandler
 
 
+_VOCABULARY = ("harbour tide crane cargo pier quay ship berth lock vessel master pilot rope chart buoy beacon "
+               "estuary channel dredger ledger manifest container gantry tug anchor hull keel mast sail deck "
+               "hold wharf dock gate bridge river current depth fathom knot mile north south east west "
+               "morning evening storm calm wave swell spray salt gull lamp keeper log entry shift crew "
+               "weighs carries moves lifts waits turns checks opens closes records signals crosses "
+               "slowly quickly early late again often rarely under over beside along through past").split()
+
+
+def prose(words: int, seed: int = 0) -> str:
+    """``words`` words of filler that never repeat a span back to back: a long scripted reply that is not
+    a loop (issue 44: a reply of "word word word …" is stopped as one, as a model's would be)."""
+    import random
+    pick = random.Random(seed)
+    return " ".join(pick.choice(_VOCABULARY) for _ in range(words))
+
+
 @dataclass
 class Reply:
     """What the server answers to one chat request."""

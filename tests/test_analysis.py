@@ -317,10 +317,12 @@ def test_hierarchical_reduce_when_partials_overflow_and_every_request_fits(tmp_p
         prompt = body["messages"][-1]["content"]
         found = re.search(r"\nChunk (\d+) of \d+(?: \([^\n]*\))?:\n", prompt)
         if found:
-            return Reply(text=f"Chunk {found.group(1)} findings: " + "detail " * 250, piece_size=400)
+            # (distinct words: a reply of one word over and over is a loop the app stops, issue 44)
+            return Reply(text=f"Chunk {found.group(1)} findings: " + " ".join(f"detail{i}" for i in range(250)),
+                         piece_size=400)
         if "[Combined answer" in prompt:
             return Reply(text="FINAL ANSWER")
-        return Reply(text="combined batch: " + "x " * 100, piece_size=400)
+        return Reply(text="combined batch: " + " ".join(f"x{i}" for i in range(100)), piece_size=400)
 
     scripted.script = verbose
     scripted.models["tiny:1b"] = 4096
@@ -438,7 +440,10 @@ def test_one_job_at_a_time_the_next_waits_and_says_so(setup):
     first, _ = start_job(live, first_session, "Summarize.")
     second_session = live.services.store.create("tiny:1b").name
     second, html = start_job(live, second_session, "Summarize too.")
-    assert second.state == "queued" and "Waiting for another analysis to finish" in html
+    assert second.state == "queued"
+    # Issue 44: it names what it waits for, links to it and offers to stop it.
+    assert "Waiting for the analysis of" in html and "big.md" in html and "Stop that analysis" in html
+    assert f'/s/{first_session}#turn-' in html and f"/analysis/{first.id}/cancel" in html
     wait_settled(live, first, timeout=60)
     wait_settled(live, second, timeout=60)
     chats = scripted.chats()

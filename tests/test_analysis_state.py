@@ -19,7 +19,7 @@ from app.analysis.job import TRANSITIONS
 from waiting import wait_for
 from app.config import ModelConfig
 from app.sessions import fountain
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from test_analysis import big_file_config, big_markdown, map_or_reduce, session_text, slow_maps, start_job
 
 MAP = re.compile(r"\nChunk (\d+) of \d+(?: \([^\n]*\))?:\n")
@@ -221,8 +221,8 @@ def test_combine_makes_progress_each_round_with_a_small_context_and_long_partial
     def verbose(body):
         prompt = body["messages"][-1]["content"]
         if MAP.search(prompt):
-            return Reply(text="Findings: " + "detail " * 170, piece_size=400)        # ~300 tokens each
-        return Reply(text="combined: " + "long " * 1200, piece_size=1000)        # ignores any brevity
+            return Reply(text="Findings: " + prose(170), piece_size=400)        # ~300 tokens each
+        return Reply(text="combined: " + prose(1200, seed=1), piece_size=1000)        # ignores any brevity
 
     scripted.script = verbose
     live = make_live(small_context_config(tmp_path, scripted, 1800))
@@ -271,8 +271,8 @@ def test_combiner_rounds_shrink_even_when_every_reply_ignores_its_cap():
 def test_combine_stops_with_a_clear_error_when_a_round_cannot_shrink(tmp_path, scripted, make_live):
     def verbose(body):
         if MAP.search(body["messages"][-1]["content"]):
-            return Reply(text="Findings: " + "detail " * 60, piece_size=400)
-        return Reply(text="combined: " + "long " * 600, piece_size=1000)
+            return Reply(text="Findings: " + prose(60), piece_size=400)
+        return Reply(text="combined: " + prose(600, seed=1), piece_size=1000)
 
     scripted.script = verbose
     live = make_live(small_context_config(tmp_path, scripted, 700, map_reply_tokens=100))

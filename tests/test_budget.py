@@ -9,7 +9,7 @@ from app.sessions import fountain
 from app.budget import MESSAGE_OVERHEAD_TOKENS, Budget, Calibration, estimate_messages, fit_history, new_budget
 from app.config import Config, ModelConfig
 from conftest import make_config
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 
 
 def wait_reply(live, name, timeout=10):
@@ -246,6 +246,9 @@ def test_compact_summarises_older_turns_and_later_requests_send_the_summary(tmp_
     assert [t.user_text for t in turns][:4] == [f"fact number {i}" for i in range(4)]   # the file keeps all
 
 
+LONG_LINE = prose(400)[:1600]      # 1,600 characters that are not a loop (issue 44 stops "xxx…")
+
+
 def test_an_estimated_past_reply_is_taken_at_the_size_its_server_counted(tmp_path, scripted, make_live):
     """With no tokenizer (the estimate), a past reply is sized by the count its stats line records
     ("N reply"), not by its bytes: a reply the server counted at 1,600 tokens, 400 by the estimate,
@@ -253,17 +256,17 @@ def test_an_estimated_past_reply_is_taken_at_the_size_its_server_counted(tmp_pat
     estimate would have sent it and overflowed.  (The bundled 135M model's own 417-token reply was
     budgeted at least 31 tokens short when estimated, seen in CI.)"""
     scripted.models["tiny:1b"] = 2048
-    scripted.script = lambda body: Reply(text="x" * 1600, piece_size=1)     # eval_count: one per piece
+    scripted.script = lambda body: Reply(text=LONG_LINE, piece_size=1)     # eval_count: one per piece
     live = make_live(make_config(tmp_path, scripted.url))
     name = live.open_session()
     send(live, name, "Write a long line.")
     recorded = fountain.turns(fountain.loads((live.services.store.folder / f"{name}.spmd").read_text()))[0]
-    assert fountain.reply_tokens(recorded.stats) == 1600 and recorded.reply == "x" * 1600
+    assert fountain.reply_tokens(recorded.stats) == 1600 and recorded.reply == LONG_LINE
     assert estimate_messages([{"content": recorded.reply}], 4.0) < 1600 / 3
     scripted.script = lambda body: Reply(text="Short.")
     fragment = send(live, name, "And now?")
     second = scripted.chats()[-1]
-    assert "x" * 1600 not in [m["content"] for m in second.body["messages"]]
+    assert LONG_LINE not in [m["content"] for m in second.body["messages"]]
     assert "1 older turn left out of this request" in fragment
 
 

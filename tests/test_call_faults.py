@@ -18,7 +18,7 @@ from app.modelserver.openai import OpenAIServer
 from app.sessions import fountain
 from conftest import make_config
 from haystacks import bag_vector, haystack
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from scripted_openai import Reply as OpenAIReply
 from scripted_openai import ScriptedOpenAI
 from test_analysis import big_file_config, map_or_reduce, start_job, wait_settled, wait_state
@@ -90,7 +90,7 @@ def test_1_a_reply_cut_at_its_cap_is_noted_and_continue_appends_the_rest(tmp_pat
 def test_1_continue_is_offered_only_where_the_window_allows(tmp_path, scripted, make_live):
     scripted.models["tiny:1b"] = 1024           # the cut reply takes most of the window
     scripted.honor_num_predict = True
-    scripted.script = Reply(text="word " * 2000)
+    scripted.script = Reply(text=prose(2000))
     live = make_live(make_config(tmp_path, scripted.url))
     name = live.open_session()
     send(live, name, "go on for ever")

@@ -21,7 +21,7 @@ from app.analysis.job import ChunkResult, Job
 from app.analysis.store import JobStore
 from app.config import ModelConfig
 from app.sessions import fountain
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from test_analysis import PARAGRAPH, big_file_config, session_text
 from waiting import wait_for
 
@@ -77,7 +77,7 @@ class Script:
             return {"relevant": False, "points": [{"point": DECOY, "quote": ""}], "confidence": 5}
         self.relevant.add(n)
         points = [{"point": fact, "quote": "  ".join(fact.upper().split())} for fact in found]   # case, spaces
-        points.append({"point": "A side note " + "detail " * self.filler, "quote": INVENTED})
+        points.append({"point": "A side note " + prose(self.filler, seed=len(points)), "quote": INVENTED})
         return {"relevant": True, "points": points, "confidence": 4}
 
     def reduce(self, prompt: str) -> str:

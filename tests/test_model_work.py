@@ -11,7 +11,7 @@ from bs4 import BeautifulSoup
 
 from app.sessions import fountain, notes
 from conftest import make_config
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from test_streams import snapshot_tail
 from waiting import wait_until
 
@@ -70,7 +70,7 @@ def test_a_stale_pages_stop_does_not_stop_another_devices_new_reply(live, script
     first = live.post(f"/s/{name}/messages", data={"message": "one"})
     stale = stop_button_id(first.text)
     wait_until(lambda: idle(live, name), 10, "the first reply to end")
-    scripted.script = Reply(text="word " * 300, token_delay=0.01)          # ~3 s
+    scripted.script = Reply(text=prose(300), token_delay=0.01)          # ~3 s
     second = live.post(f"/s/{name}/messages", data={"message": "two"})
     current = stop_button_id(second.text)
     assert current != stale
@@ -80,9 +80,9 @@ def test_a_stale_pages_stop_does_not_stop_another_devices_new_reply(live, script
     assert live.post(f"/s/{name}/stop").status_code == 204                               # no id at all
     wait_until(lambda: idle(live, name), 15, "the second reply to end")
     turn = recorded(live, name)[1]
-    assert turn.reply == "word " * 300 and not notes.read(turn.notes).stopped             # it ran to its end
+    assert turn.reply == prose(300) and not notes.read(turn.notes).stopped             # it ran to its end
     # the page's own Stop does stop it
-    scripted.script = Reply(text="word " * 300, token_delay=0.02)
+    scripted.script = Reply(text=prose(300), token_delay=0.02)
     third = live.post(f"/s/{name}/messages", data={"message": "three"})
     gen = reply_of(live, name)
     wait_until(lambda: len(gen.pieces) >= 2, 10, "the third reply to stream")

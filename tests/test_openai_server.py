@@ -347,8 +347,15 @@ def test_real_chat_through_the_app_with_api_openai(tmp_path, llama_server, make_
     events, final = follow(live, name, total=300)
     assert any(event == "piece" for event, _, _ in events)
     gen = live.services.activities.last(name)
+    for _ in range(3):      # the 135M model loops now and then: a stopped call has no counts (issue 44), ask again
+        if gen.status != "looped":
+            break
+        last = len(live.services.store.load(name).turns) - 1
+        live.post(f"/s/{name}/turns/{last}/regenerate")
+        follow(live, name, total=300)
+        gen = live.services.activities.last(name)
     assert gen.status == "done" and gen.usage.prompt_tokens > 0 and gen.usage.generated_tokens > 0
-    turn = fountain.turns(fountain.loads((live.services.store.folder / f"{name}.spmd").read_text()))[0]
+    turn = fountain.turns(fountain.loads((live.services.store.folder / f"{name}.spmd").read_text()))[-1]
     assert turn.reply == gen.text and turn.model == REAL_MODEL and "tok/s" in turn.stats
     health = httpx.get(f"{live.url}/healthz", timeout=10).json()
     assert health["model"] == REAL_MODEL

@@ -51,6 +51,17 @@ def wait_reply(live, name, timeout=90):
     return gen
 
 
+def unlooped(live, name, gen, times=3):
+    """The reply, asked again (Regenerate) while the app stops it as a loop, at most ``times`` times: the
+    135M model loops now and then (issue 44), and a stopped call has no server count to compare."""
+    for _ in range(times):
+        if gen.status != "looped":
+            break
+        live.post(f"/s/{name}/turns/{len(live.services.store.load(name).turns) - 1}/regenerate", timeout=150)
+        gen = wait_reply(live, name)
+    return gen
+
+
 def real_config(tmp_path, demo_model):
     """The test config for the real model, whose first byte may take many seconds on a busy machine
     (it reads the whole prompt first): the 5 s read timeout is for the scripted server."""
@@ -80,7 +91,7 @@ def test_the_bundled_model_is_counted_with_its_own_tokenizer(tmp_path, demo_mode
     name = live.open_session()
     for turn, message in enumerate(("My cat is called Pixel. Say hello to her.", "What is my cat called?")):
         live.post(f"/s/{name}/messages", data={"message": message})
-        gen = wait_reply(live, name)
+        gen = unlooped(live, name, wait_reply(live, name))
         assert gen.status == "done"
         budgeted, read = sent[-1].estimate, gen.usage.prompt_tokens
         assert read <= budgeted, (turn, budgeted, read)
@@ -98,10 +109,10 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live, monkeyp
     assert first.services.models.counter(MODEL, wait=True) is not None     # built and kept on disk
     name = first.open_session()
     first.post(f"/s/{name}/messages", data={"message": "My cat is called Pixel. Say hello to her."})
-    gen = wait_reply(first, name)
+    gen = unlooped(first, name, wait_reply(first, name))
     assert gen.status == "done" and gen.usage.prompt_tokens > 0 and gen.usage.generated_tokens > 0
     text = (first.services.store.folder / f"{name}.spmd").read_text()
-    turn = fountain.turns(fountain.loads(text))[0]
+    turn = fountain.turns(fountain.loads(text))[-1]
     assert turn.reply == gen.text and turn.model == MODEL and "tok/s" in turn.stats
     assert "@SMOLLM2" in text or "SMOLLM2" in text
     first.close()
@@ -111,7 +122,7 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live, monkeyp
     # waits for it, so it is counted, never budgeted short (estimated, a 135M model's own 417-token
     # reply was budgeted at least 31 tokens short in CI and the reply cut to 33 tokens).
     second.post(f"/s/{name}/messages", data={"message": "What is my cat called?"}, timeout=150)
-    gen2 = wait_reply(second, name)
+    gen2 = unlooped(second, name, wait_reply(second, name))
     assert gen2.status == "done"
     assert gen2.usage.prompt_tokens <= sent[-1].estimate, (gen2.usage.prompt_tokens, sent[-1].estimate)
     # The second request carried the first turn when it fits beside the new message and the reply
@@ -124,7 +135,9 @@ def test_full_turn_recorded_and_resumed(tmp_path, demo_model, make_live, monkeyp
     else:
         assert gen2.usage.prompt_tokens < first_exchange and gen2.usage.prompt_tokens + 64 <= 512
     turns = fountain.turns(fountain.loads((second.services.store.folder / f"{name}.spmd").read_text()))
-    assert [t.user_text for t in turns] == ["My cat is called Pixel. Say hello to her.", "What is my cat called?"]
+    asked = [t.user_text for t in turns]
+    asked = [text for i, text in enumerate(asked) if i == 0 or asked[i - 1] != text]    # (a regenerate asks again)
+    assert asked == ["My cat is called Pixel. Say hello to her.", "What is my cat called?"]
     assert second.services.calibration.samples(MODEL) + first.services.calibration.samples(MODEL) >= 0
 
 

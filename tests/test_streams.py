@@ -26,7 +26,7 @@ import httpx
 from app.events import gate_for
 from app.sessions import fountain
 from conftest import make_config
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from waiting import wait_until
 
 # "answers at once" on a loaded 2-core machine (1.6 s seen with 4 test workers at load average 11);
@@ -118,7 +118,7 @@ def start_app(tmp_path, scripted, make_live, **server):
 def test_sixteen_streams_leave_healthz_the_page_and_stop_answering(tmp_path, scripted, make_live):
     live = start_app(tmp_path, scripted, make_live, threads=8)       # default cap: threads - 2 = 6
     gate = gate_for(live.services)
-    scripted.script = Reply(text="word " * 2000, piece_size=5, token_delay=0.02)   # ~40 s unless stopped
+    scripted.script = Reply(text=prose(2000), piece_size=5, token_delay=0.02)   # ~40 s unless stopped
     name = live.open_session()
     send(live, name, "talk for a long time")
     gen = live.services.activities.last(name)
@@ -187,7 +187,7 @@ def test_sixteen_streams_leave_healthz_the_page_and_stop_answering(tmp_path, scr
 
 def test_a_refused_stream_is_told_to_retry_and_resumes_when_it_gets_in(tmp_path, scripted, make_live):
     live = start_app(tmp_path, scripted, make_live, threads=4, max_streams=1, stream_lifetime_s=1.0)
-    scripted.script = Reply(text="abc " * 500, piece_size=4, token_delay=0.02)      # ~10 s
+    scripted.script = Reply(text=prose(500), piece_size=4, token_delay=0.02)      # ~10 s
     name = live.open_session()
     send(live, name, "go")
     gen = live.services.activities.last(name)
@@ -263,7 +263,7 @@ def test_a_last_event_id_of_another_reply_gets_a_snapshot(live, scripted):
 
 def test_a_client_that_never_reads_holds_its_thread_no_longer_than_the_lifetime(tmp_path, scripted, make_live):
     live = start_app(tmp_path, scripted, make_live, stream_lifetime_s=1.0)
-    scripted.script = Reply(text="zz " * 3000, piece_size=3, token_delay=0.01)    # ~30 s unless stopped
+    scripted.script = Reply(text=prose(3000), piece_size=3, token_delay=0.01)    # ~30 s unless stopped
     name = live.open_session()
     send(live, name, "go on")
     gen = live.services.activities.last(name)

@@ -84,10 +84,18 @@ def passage_lines(chunk: chunking.Chunk, text: str) -> tuple[int, int]:
     return chunk.first_line - text.count("\n", chunk.start, chunk.body_start), chunk.last_line
 
 
-def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer chunks.") -> str:
-    """Said under an answer that ended at its cap: its end is missing, and why."""
-    return (f"\n\n*(The {what} was cut at {tokens:,} tokens, all the room the model's window left: its end is "
-            f"missing. {hint})*")
+def loop_note(what: str) -> str:
+    """Said under an answer the app stopped because the model was repeating itself (issue 44)."""
+    return (f"\n\n*(The {what} was stopped: the model was repeating itself. What it wrote before the repetition "
+            "is kept; asking again, or with another model, may do better.)*")
+
+
+def cut_note(what: str, tokens: int, hint: str = "Ask for less, or analyse fewer chunks.",
+             capped: bool = False) -> str:
+    """Said under an answer that ended at its cap: its end is missing, and why (its own cap,
+    ``chat.reply_tokens``, or all the room the window left)."""
+    why = "its cap (chat.reply_tokens)" if capped else "all the room the model's window left"
+    return f"\n\n*(The {what} was cut at {tokens:,} tokens, {why}: its end is missing. {hint})*"
 
 
 class Execution:
@@ -286,7 +294,7 @@ class Execution:
 
     def _call(self, job: Job, messages: list[dict], num_predict: int, kind: str | None = None,
               chunk: bool = False, format: dict | None = None, holder: Part | None = None,
-              cuts: list[int] | None = None, reading: str = "") -> str:
+              cuts: list[int] | None = None, reading: str = "", writing: bool = False) -> str:
         """One model call through the shared helper (``work.calls``): refused before sending if it
         would not fit the window with its reply, cancelled by the job's activity on a stop
         (``holder``: the map call's part of it, which a re-plan may also cancel).
@@ -295,21 +303,26 @@ class Execution:
         to the job; a map call (``chunk``) also measures the file's own bytes per token,
         which a re-plan sizes the rest with.  ``reading``: what the card says while a server that reports
         it reads the prompt (llama-server's ``return_progress``: "Processing chunk 4/20: reading the prompt,
-        1,200 of 4,800 tokens"), at most once a second.
+        1,200 of 4,800 tokens"), at most once a second.  ``writing``: the reply is an answer a person waits
+        for (the synthesis): the card shows it while it is written (issue 44).
         """
         activity = holder or self.steps.activity_of(job)
         if activity is None:
             raise Cancelled("The analysis no longer holds its session.")
         bpt = job.map_bpt if chunk else self._reduce_bpt(job)
         request = Request(job.model, messages, window=job.window, num_predict=num_predict, bytes_per_token=bpt,
-                          kind=kind, format=format, on_progress=self._prompt_progress(job, reading) if reading else None)
+                          kind=kind, format=format, on_progress=self._prompt_progress(job, reading) if reading else None,
+                          on_text=(lambda text: self.steps.writing(job, text)) if writing else None)
         text, usage = self.calls.text(activity, request)
         if usage is not None:
             measured = observed_bpt(messages, usage.prompt_tokens) if chunk else None
             with self._costs:       # (map calls end in several threads at once)
                 job.add_cost(usage, measured)
-        if cuts is not None:        # the caller says when its reply ended at its cap
-            cuts.append(request.num_predict if usage is not None and usage.cut_off else 0)
+        if cuts is not None:        # the caller says when its reply ended at its cap (-1: stopped in a loop)
+            cuts.append(-1 if usage is not None and usage.looped else
+                        request.num_predict if usage is not None and usage.cut_off else 0)
+        if usage is not None and usage.looped and chunk:
+            log.info("analysis %s: a map call repeated itself; its answer is kept up to the repetition", job.id)
         return text
 
     def _prompt_progress(self, job: Job, reading: str):
@@ -402,11 +415,11 @@ class Execution:
         effective = plan.effective_context(self.sizing, job.model, job.window)
         cuts: list[int] = []            # per call: its cap when the reply ended there, else 0
         combiner = mapreduce.Combiner(
-            lambda messages, reply: self._call(job, messages, reply, cuts=cuts, reading="Synthesizing"),
+            lambda messages, reply: self._call(job, messages, reply, cuts=cuts, reading="Synthesizing", writing=True),
             effective=effective,
             safety=mapreduce.safety_tokens(config.budget.safety_margin, effective), bpt=self._reduce_bpt(job),
             reply_tokens=config.budget.reply_tokens, part_reply_tokens=config.chunking.map_reply_tokens,
-            progress=lambda stage: self.steps.progress(job, stage=stage))
+            progress=lambda stage: self.steps.progress(job, stage=stage), answer_cap=config.chat.reply_tokens)
         try:
             answer = combiner.combine(task or job.task, parts, note)
         except HarveyError as exc:
@@ -420,9 +433,12 @@ class Execution:
         answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
         if removed:
             log.info("analysis %s: %d citations of chunks without a relevant passage removed", job.id, removed)
-        if cuts and cuts[-1]:
+        if cuts and cuts[-1] == -1:
+            log.warning("analysis %s: the synthesis repeated itself; stopped there", job.id)
+            answer += loop_note("synthesis")
+        elif cuts and cuts[-1]:
             log.warning("analysis %s: the synthesis was cut at its cap of %d tokens", job.id, cuts[-1])
-            answer += cut_note("synthesis", cuts[-1])
+            answer += cut_note("synthesis", cuts[-1], capped=cuts[-1] >= config.chat.reply_tokens)
         return answer
 
 

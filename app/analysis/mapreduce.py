@@ -418,10 +418,12 @@ class Combiner:
     """Reduce partial answers to one answer with ``call(messages, num_predict) -> text``."""
 
     def __init__(self, call: Callable[[list[dict], int], str], *, effective: int, safety: int, bpt: float,
-                 reply_tokens: int, part_reply_tokens: int, progress: Callable[[str], None] = lambda s: None):
+                 reply_tokens: int, part_reply_tokens: int, progress: Callable[[str], None] = lambda s: None,
+                 answer_cap: int = 0):
         self.call, self.bpt, self.progress = call, bpt, progress
         self.effective, self.safety = effective, safety
         self.reply_tokens, self.part_reply_tokens = reply_tokens, part_reply_tokens
+        self.answer_cap = answer_cap        # the synthesis's own cap (chat.reply_tokens; 0: the room)
         self.rounds: list[int] = []          # how many parts each combining round started with
         self.final_reply = 0                 # the synthesis' reply cap (the room its window left)
 
@@ -436,7 +438,9 @@ class Combiner:
     def combine(self, instruction: str, parts: list[str], note: str) -> str:
         """The synthesis: parts combined in rounds until they fit one request, which is told its
         length (``answer_words``) and may generate all the room the window leaves after the parts
-        (at least ``reply_tokens``): ``final_reply`` is that cap, for a caller that reports a cut."""
+        (at least ``reply_tokens``), never more than its own cap (``answer_cap``, issue 44: a looping small
+        model would hold the slot for a quarter of an hour): ``final_reply`` is that cap, for a caller
+        that reports a cut."""
         final_room = self._room(instruction, note, self.reply_tokens, MAX_ANSWER_WORDS)
         if final_room < MIN_PART_TOKENS:
             raise CombineError(
@@ -447,6 +451,8 @@ class Combiner:
             if len(parts) <= 1 or self._tokens(parts) <= final_room:
                 parts = [cut(p, final_room - 2, self.bpt) for p in parts]   # (a lone part may be too long)
                 self.final_reply = self.reply_tokens + max(0, final_room - self._tokens(parts))
+                if self.answer_cap:
+                    self.final_reply = min(self.final_reply, max(self.answer_cap, 1))
                 words = answer_words(self.final_reply)
                 return self.call(reduce_messages(instruction, parts, note, words), self.final_reply)
             parts = self._round(instruction, parts, level)

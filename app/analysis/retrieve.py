@@ -30,7 +30,7 @@ from ..retrieval import embedding, search
 from ..retrieval.index import BrokenIndex, Index, Passage, path_for
 from ..work.calls import Request
 from . import answers, mapreduce
-from .execute import cut_note
+from .execute import cut_note, loop_note
 from .job import Job
 from .steps import RunSteps
 
@@ -288,7 +288,9 @@ class Retrieval:
         higher than the estimate) is sent again without its lowest-ranked passages, at most
         ``REFUSED_RETRIES`` times; an answer cut at its cap says so."""
         activity = self.steps.activity_of(job)
-        reply = budget.components["reply"] + max(0, budget.remaining)
+        cap = self.sizing.config.chat.reply_tokens          # the answer's own cap (issue 44)
+        reply = min(budget.components["reply"] + max(0, budget.remaining), cap) if cap else \
+            budget.components["reply"] + max(0, budget.remaining)
         dropped = 0
         try:
             if activity is None:
@@ -299,7 +301,8 @@ class Retrieval:
                                                                      mapreduce.answer_words(reply))}]
                 request = Request(job.model, messages, window=job.window, num_predict=reply,
                                   bytes_per_token=budget.bytes_per_token,
-                                  format=None if job.format_refused else ROUTE_SCHEMA)
+                                  format=None if job.format_refused else ROUTE_SCHEMA,
+                                  on_text=lambda text: self.steps.writing(job, answer_so_far(text)))
                 try:
                     text, usage = self._routed_call(job, activity, request)
                     break
@@ -327,7 +330,10 @@ class Retrieval:
             said += (f"\n\n*({dropped} lower-ranked passage{'s were' if dropped != 1 else ' was'} left out: the "
                      "model server counted the request longer than its window.)*")
         if usage is not None and usage.cut_off:
-            said += cut_note("answer", reply, "Ask for less, or read all the chunks.")
+            said += cut_note("answer", reply, "Ask for less, or read all the chunks.",
+                             capped=reply >= self.sizing.config.chat.reply_tokens)
+        elif usage is not None and usage.looped:
+            said += loop_note("answer")
         return text, passages, said
 
     def _routed_call(self, job: Job, activity, request: Request):
@@ -411,6 +417,23 @@ def read_routed(reply: str) -> tuple[str, bool]:
         held = re.search(r'"in_passages"\s*:\s*false', text) is None and _CANNOT.search(words[:300]) is None
         return words.strip() + " […]", held
     return text, _CANNOT.search(text[:300]) is None
+
+
+def answer_so_far(reply: str) -> str:
+    """The answer part of a passages reply still being written, to show while it comes (issue 44): the
+    ``answer`` of the JSON so far (``partial_json_parser`` reads a JSON cut anywhere), else the text."""
+    text = reply.lstrip()
+    if text.startswith("```"):                 # a fenced JSON: from its first line on
+        text = text.partition("\n")[2].lstrip()
+    if not text.startswith("{"):
+        return text
+    from partial_json_parser import loads     # (imported when an answer streams, not at start-up)
+    try:
+        data = loads(text)
+    except ValueError:
+        return ""
+    answer = data.get("answer") if isinstance(data, dict) else None
+    return answer if isinstance(answer, str) else ""
 
 
 _CUT_ANSWER = re.compile(r'^\{\s*"answer"\s*:\s*"((?:[^"\\]|\\.)*)', re.S)

@@ -104,6 +104,7 @@ class JobRunner:
         self.logs: dict[str, EventLog] = {}
         self._settled: OrderedDict[str, tuple[Job, EventLog]] = OrderedDict()
         self._run_start: dict[str, int] = {}
+        self._written: dict[str, str] = {}     # the answer a running job's model is writing now (issue 44)
         # The session's activity each open job holds (work.Activities owns them): a job holds
         # its session while its card waits for the instruction and while it runs.
         self._activities: dict[str, Activity] = {}
@@ -114,7 +115,7 @@ class JobRunner:
                               stopped=self._stopped,
                               progress=self._progress, partial=self._partial,
                               after_stop=self._after_stop, fail=self._fail, finish=self._finish,
-                              activity_of=self._activity_of)
+                              activity_of=self._activity_of, writing=self._writing)
         self._stopping = False
         for job in self.store.load_all():
             self.jobs[job.id] = job
@@ -146,6 +147,7 @@ class JobRunner:
     def _changed(self, job: Job, new_state: str) -> None:
         """What goes with every state change, saved or not, in the same locked step: the session
         given back when the job leaves ``HOLDING``, the followers told when it waits on the user."""
+        self._written.pop(job.id, None)         # (a new state: the card is drawn again from the job)
         if new_state not in HOLDING:
             self._release(job)
         else:
@@ -219,6 +221,14 @@ class JobRunner:
         """The session's recently settled jobs (the last few are kept: their partial answers stay openable)."""
         with self._lock:
             return [job for job, _ in self._settled.values() if job.session == session]
+
+    def ahead(self, job: Job | None = None) -> Job | None:
+        """The analysis the lane is running now (issue 44: a job waiting behind it names it), None when the
+        lane is free or ``job`` is that one; only one runs at a time."""
+        with self._lock:
+            running = [j for j in self.jobs.values() if j.state in ("running", "synthesizing", "cancelling")
+                       and (job is None or j.id != job.id)]
+        return running[0] if running else None
 
     def open_for(self, session: str) -> Job | None:
         """The session's newest job that still needs the user or is still working."""
@@ -707,6 +717,7 @@ class JobRunner:
         with self._lock:
             self.jobs.pop(job.id, None)
             self._run_start.pop(job.id, None)
+            self._written.pop(job.id, None)
             events = self.logs.pop(job.id, None) or EventLog()
             self._settled[job.id] = (job, events)
             while len(self._settled) > KEEP_SETTLED:
@@ -722,6 +733,17 @@ class JobRunner:
         says "reading chunks 4, 5 of 20"), or a stage of the synthesis."""
         data = {k: v for k, v in (("running", running), ("stage", stage)) if v not in (None, "", [])}
         self.log_for(job).append("progress", json.dumps(data) if data else "")
+
+    def _writing(self, job: Job, text: str) -> None:
+        """The answer being written so far; its followers render it from here (``writing``)."""
+        with self._lock:
+            self._written[job.id] = text
+        self.log_for(job).append("writing")
+
+    def writing(self, job: Job) -> str:
+        """What the model is writing for ``job`` now ("" when nothing, or once its state moved on)."""
+        with self._lock:
+            return self._written.get(job.id, "") if job.state in ("running", "synthesizing") else ""
 
     def _partial(self, job: Job, index: int) -> None:
         """Chunk ``index``'s partial answer is recorded (the card's list of answers grows)."""

@@ -38,7 +38,7 @@ class RunSteps:
                  stopped: Callable[[Job], bool], progress: Callable[..., None], partial: Callable[[Job, int], None],
                  after_stop: Callable[[Job], None],
                  fail: Callable[..., None], finish: Callable[[Job, str | None, str], None],
-                 activity_of: Callable[[Job], Activity | None]):
+                 activity_of: Callable[[Job], Activity | None], writing: Callable[[Job, str], None]):
         self.sizing = sizing        # the settings, the model server and the calibration
         self.calls = calls          # every model call of the run (``work.calls.ModelCalls``)
         self.indexer = indexer      # the passages index's one writer (``retrieval.indexer``)
@@ -46,6 +46,7 @@ class RunSteps:
         self._transition, self._stopped, self._progress, self._partial = transition, stopped, progress, partial
         self._after_stop, self._fail, self._finish = after_stop, fail, finish
         self._activity_of = activity_of
+        self._writing = writing
 
     def transition(self, job: Job, new_state: str, **changes) -> Job:
         """Move the job to ``new_state`` (checked, saved, and the session given back when it leaves
@@ -63,6 +64,10 @@ class RunSteps:
         """Tell the card's followers how far the run got: ``running``, the 0-based chunks whose calls
         are in flight, or ``stage``, what the synthesis or the index build is doing."""
         self._progress(job, running=running, stage=stage)
+
+    def writing(self, job: Job, text: str) -> None:
+        """Show the answer being written (the synthesis, the passages answer) as it comes (issue 44)."""
+        self._writing(job, text)
 
     def partial(self, job: Job, index: int) -> None:
         """Tell the followers chunk ``index``'s partial answer was recorded (the card can open it)."""

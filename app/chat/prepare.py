@@ -68,6 +68,7 @@ class Prepared:
         return self.budget.messages_cost(self.messages) - at_chat + sum(f.tokens for f in self.files)
 
     cap: int = 0                      # chat.reply_tokens: the most the reply may generate (0: the room)
+    watch_loops: bool = True          # stop the reply if it repeats itself (off: the user said it was no loop)
 
     def request(self) -> Request:
         """The chat request: it may generate its reservation and whatever the budget left free, up to
@@ -76,7 +77,8 @@ class Prepared:
         room = self.budget.components.get("reply", 0) + max(0, self.budget.remaining)
         return Request(self.model, self.messages, window=self.budget.window,
                        num_predict=min(room, self.cap) if self.cap else room,
-                       bytes_per_token=self.budget.bytes_per_token, tokens=self.estimate)
+                       bytes_per_token=self.budget.bytes_per_token, tokens=self.estimate,
+                       watch_loops=self.watch_loops)
 
 
 def system_prompt(config, workspace: Path) -> str:
@@ -92,7 +94,13 @@ def system_prompt(config, workspace: Path) -> str:
 
 
 def history_turns(turns: list[fountain.Turn], retrying: bool = False) -> list[list[dict]]:
-    """Past turns as chat messages, oldest first.
+    """Past turns as chat messages, oldest first (``history_entries`` without what each costly one is)."""
+    return [messages for messages, _ in history_entries(turns, retrying)]
+
+
+def history_entries(turns: list[fountain.Turn], retrying: bool = False) -> list[tuple[list[dict], str | None]]:
+    """Past turns as chat messages, oldest first, each with what it is when it is one the budget
+    leaves out first (``expendable``; None for an ordinary turn).
 
     A compact note (a summary the model wrote of the turns before it) replaces
     those turns in the request; the session file keeps them all.  A message two
@@ -104,13 +112,13 @@ def history_turns(turns: list[fountain.Turn], retrying: bool = False) -> list[li
     edit that failed leaves the exchange it meant to replace in place.  ``retrying``:
     the next request asks the last turn again, so its exchange is left out.
     """
-    history: list[list[dict]] = []
+    entries: list[tuple[list[dict], str | None]] = []
     added = False                       # is the last entry the newest answered exchange (a retry replaces it)?
     for turn in turns:
         replaced = compacted_turns(turn)
         if replaced is not None:
-            history = [[{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
-                        {"role": "assistant", "content": "Noted."}], *history[replaced:]]
+            entries = [([{"role": "user", "content": f"{COMPACT_INTRO}\n{turn.harvey}"},
+                         {"role": "assistant", "content": "Noted."}], None), *entries[replaced:]]
             added = False
             continue
         retry = added and notes.is_retry(turn.notes)
@@ -119,13 +127,29 @@ def history_turns(turns: list[fountain.Turn], retrying: bool = False) -> list[li
             added = retry               # a failed regenerate or edit keeps the exchange it meant to replace
             continue
         if retry:
-            history.pop()               # regenerated or edited: the model sees only the new attempt
-        history.append([{"role": "user", "content": prompt},
-                        {"role": "assistant", "content": assistant_text(turn)}])
+            entries.pop()               # regenerated or edited: the model sees only the new attempt
+        entries.append(([{"role": "user", "content": prompt},
+                         {"role": "assistant", "content": assistant_text(turn)}], expendable(turn)))
         added = True
     if retrying and added:
-        history.pop()                   # the turn being sent again replaces the last exchange
-    return history
+        entries.pop()                   # the turn being sent again replaces the last exchange
+    return entries
+
+
+def expendable(turn: fountain.Turn) -> str | None:
+    """What a past turn is when it costs much for what it gives the next request (issue 44): an analysis
+    answer (its file's content lives in the file, and its answer is long), a reply cut at its cap or
+    stopped (unfinished), or stopped in a loop; None for an ordinary turn."""
+    read = notes.read(turn.notes)
+    if turn.analysis is not None:
+        return f"the analysis answer on {turn.analysis.file}"
+    if read.looped:
+        return "a reply stopped as it repeated itself"
+    if read.cut:
+        return "a reply cut at its cap"
+    if read.stopped:
+        return "a reply stopped before its end"
+    return None
 
 
 def _history_prompt(turn: fountain.Turn) -> str | None:
@@ -151,7 +175,8 @@ def recorded_sizes(turns: list[fountain.Turn], model: str) -> dict[str, int]:
 def fit_past(budget: Budget, system: str, past: list[fountain.Turn], retrying: bool = False) -> tuple[list[dict], int]:
     """``fit_history`` over the session's past turns, each reply at no less than its recorded size."""
     budget.recorded.update(recorded_sizes(past, budget.model))
-    return fit_history(budget, system, history_turns(past, retrying))
+    entries = history_entries(past, retrying)
+    return fit_history(budget, system, [m for m, _ in entries], [label for _, label in entries])
 
 
 def assistant_text(turn: fountain.Turn) -> str:
@@ -179,9 +204,14 @@ COMPACT_REPLY_TOKENS = 300
 
 def compact_request(sizing: Sizing, turns: list[fountain.Turn], model: str, keep: int = 2) -> tuple[Request, int, int] | None:
     """The request that summarises all but the last ``keep`` turns, with how many turns it
-    summarises and how many of the oldest did not fit (None: nothing to summarise)."""
-    history = history_turns(turns)
-    older = history[:-keep] if keep else history
+    summarises and how many of the oldest did not fit (None: nothing to summarise).  A costly turn
+    (``expendable``: an analysis answer, a cut or looping reply) among the last ones is summarised too,
+    with every turn before it (issue 44: Compact freed next to nothing while it kept a long answer)."""
+    entries = history_entries(turns)
+    kept = 0
+    while kept < keep and kept < len(entries) and entries[len(entries) - 1 - kept][1] is None:
+        kept += 1
+    older = [messages for messages, _ in entries[:len(entries) - kept]]
     if not older:
         return None
     budget = chat_budget(sizing, model)
@@ -197,18 +227,24 @@ def compact_request(sizing: Sizing, turns: list[fountain.Turn], model: str, keep
 
 CONTINUE_PROMPT = ("Your reply above stopped at its length limit. Continue it exactly where it stopped, without "
                    "repeating anything and without any introduction.")
+CONTINUE_STOPPED_PROMPT = ("Your reply above was stopped before its end. Continue it exactly where it stopped, "
+                           "without repeating anything and without any introduction.")
 
 
-def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, model: str) -> Prepared:
+def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, model: str,
+                     looped: bool = False) -> Prepared:
     """The request for the rest of turn ``index``'s reply, cut at its cap: the history before it,
-    that turn's message and its reply so far, and a plain request to go on from there.  Refused
+    that turn's message and its reply so far, and a plain request to go on from there.  ``looped``:
+    the reply was stopped as a loop and the user said it was none (issue 44: the guess is undone in one
+    tap), so the rest is not watched for one.  Refused
     (``TurnRefused``) when the conversation and the reply leave no room in the window to continue."""
     config = sizing.config
     budget = chat_budget(sizing, model)
     budget.recorded = recorded_sizes([turn := past[index]], model)   # the reply so far (``fit_past`` adds the rest)
     system = system_prompt(config, config.workspace_path)
     exchange = [{"role": "user", "content": _history_prompt(turn) or ""},
-                {"role": "assistant", "content": turn.reply or ""}, {"role": "user", "content": CONTINUE_PROMPT}]
+                {"role": "assistant", "content": turn.reply or ""},
+                {"role": "user", "content": CONTINUE_STOPPED_PROMPT if looped else CONTINUE_PROMPT}]
     budget.components["system"] = budget.messages_cost([{"content": system}]) + budget.template[1]
     budget.components["message"] = budget.messages_cost(exchange)
     try:
@@ -219,7 +255,7 @@ def continue_request(sizing: Sizing, past: list[fountain.Turn], index: int, mode
     history, left_out = fit_past(budget, system, past[:index])
     messages = [{"role": "system", "content": system}, *history, *exchange]
     return Prepared(model, exchange[0]["content"], messages, budget, left_out_turns=left_out,
-                    cap=config.chat.reply_tokens)
+                    cap=config.chat.reply_tokens, watch_loops=not looped)
 
 
 def compact_note(summary: str, model: str, summarised: int, left_out: int) -> fountain.Turn:
@@ -284,13 +320,23 @@ def prepare(sizing: Sizing, past: list[fountain.Turn], text: str, model: str, re
     system = system_prompt(config, config.workspace_path)
     history, prepared.left_out_turns = fit_past(budget, system, past, retrying)
     if prepared.left_out_turns:
-        n = prepared.left_out_turns
-        prepared.notices.append(f"{n} older turn{'s' if n > 1 else ''} left out of this request "
-                                "to fit the context window (they stay in the session).")
+        prepared.notices.append(left_out_notice(prepared.left_out_turns, budget.dropped))
     prompt = _with_files(text, prepared.files, prepared)
     prepared.messages = [{"role": "system", "content": system}, *history, {"role": "user", "content": prompt}]
     _refuse_too_long(budget, prepared.estimate)
     return prepared
+
+
+def left_out_notice(left_out: int, dropped: list[str]) -> str:
+    """What the request left out of the history to fit the window: the costly turns by name (issue 44),
+    the rest counted."""
+    older = left_out - len(dropped)
+    parts = list(dropped) + ([f"{older} older turn{'s' if older > 1 else ''}"] if older else [])
+    if not dropped:
+        return (f"{older} older turn{'s' if older > 1 else ''} left out of this request "
+                "to fit the context window (they stay in the session).")
+    what = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"Left out of this request to fit the context window: {what} (they stay in the session)."
 
 
 def _refuse_too_long(budget: Budget, estimate: int | None = None) -> None:

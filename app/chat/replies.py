@@ -30,7 +30,7 @@ class Generation(Activity):
         super().__init__(id, session, kind, turn)
         self.model = model
         self.pieces: list[str] = []
-        self.status = "starting"      # starting | running | done | stopped | interrupted | error
+        self.status = "starting"      # starting | running | done | stopped | looped | interrupted | error
         self.error: ModelError | None = None
         self.usage: Usage | None = None
         self.warning = ""             # what the calibration noticed about the server's counts
@@ -78,6 +78,9 @@ def _read(calls: ModelCalls, gen: Generation, request: Request, on_piece) -> Non
             for piece in call:
                 gen.pieces.append(piece)
                 on_piece(gen, piece)
+            if call.looped:                  # stopped at the loop's first turn (issue 44): that much is kept
+                gen.pieces, gen.status = [call.text], "looped"
+                return
             if call.cancelled:
                 raise Cancelled("stopped")
         gen.status = "done"
@@ -108,6 +111,8 @@ def recorded_turn(gen: Generation, base: fountain.Turn, backend: str) -> fountai
         ended.append(notes.interrupted(gen.interrupted or "the server stopped"))
     elif gen.status == "stopped":
         ended.append(notes.stopped())
+    elif gen.status == "looped":
+        ended.append(notes.looped())
     elif gen.status == "error" and gen.error is not None:
         ended.append(notes.error(getattr(gen.error, "kind", "error"), str(gen.error)))
     if gen.cut_at and gen.status == "done":

@@ -229,19 +229,22 @@ def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:
 def continue_reply(svc, name: str, turn: int) -> Outcome:
     """Ask for the rest of the last reply, cut at its cap: the model sees the reply so far and is
     asked to go on; what it writes is appended to the same reply (the turn is rewritten once, when
-    the continuation ends, without its "cut" note, or with a new one if it is cut again)."""
+    the continuation ends, without its "cut" note, or with a new one if it is cut again).  A reply the
+    app stopped as a loop is continued the same way when the user says it was none ("Not a loop?
+    Continue", issue 44), and the rest is not watched for a loop."""
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
         if turn != len(session.turns) - 1:
             raise Conflict("Only the last reply can be continued; this one is no longer the last.")
         cut = session.turns[turn]
-        if cut.reply is None or not notes.read(cut.notes).cut:
+        read = notes.read(cut.notes)
+        if cut.reply is None or not (read.cut or read.looped):
             raise Conflict("This reply was not cut at its cap: there is nothing to continue.")
         model = session_model(svc.sizing, session)
-        prepared = prepare.continue_request(svc.sizing, session.turns, turn, model)
+        prepared = prepare.continue_request(svc.sizing, session.turns, turn, model, looped=read.looped)
         base = fountain.Turn(when=cut.when, user_text=cut.user_text, model=cut.model,
-                             notes=[n for n in cut.notes if not notes.is_cut(n)])
+                             notes=[n for n in cut.notes if not (notes.is_cut(n) or notes.is_looped(n))])
         gen = Generation(svc.activities.new_id(), name, turn, model)
         svc.activities.begin(name, "reply", turn, gen)
     _start_reply(svc, gen, base, prepared, prefix=cut.reply)

@@ -52,7 +52,8 @@ class Usage:
     seconds: float = 0.0              # the whole call, as the server measured it
     prompt_seconds: float = 0.0       # reading the prompt
     generate_seconds: float = 0.0     # writing the reply
-    stopped_by: str = ""              # "stop" (the model ended), "length" (the reply budget ran out), ""
+    stopped_by: str = ""              # "stop" (the model ended), "length" (the reply budget ran out), "loop"
+    #                                   (the app stopped a reply that repeated itself: issue 44), ""
 
     @property
     def tokens_per_second(self) -> float:
@@ -65,6 +66,11 @@ class Usage:
     def cut_off(self) -> bool:
         """The reply ended because the reply budget (``num_predict``) ran out, not by itself."""
         return self.stopped_by == "length"
+
+    @property
+    def looped(self) -> bool:
+        """The app stopped the reply because it was repeating itself (``work.loops``)."""
+        return self.stopped_by == "loop"
 
 
 @dataclass(frozen=True)

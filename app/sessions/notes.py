@@ -25,6 +25,18 @@ def stopped() -> str:
     return STOPPED
 
 
+LOOPED = "reply: stopped: the model was repeating itself"
+
+
+def looped() -> str:
+    """A reply the app stopped because it repeated itself (issue 44): kept up to the loop's first turn."""
+    return LOOPED
+
+
+def is_looped(note: str) -> bool:
+    return _body(note).startswith(LOOPED)
+
+
 CUT = "reply: cut at"
 _CUT = re.compile(r"reply: cut at (\d+) tokens")
 
@@ -140,6 +152,7 @@ class Read:
     """What a turn's notes say, for the page and for the history."""
 
     stopped: bool = False
+    looped: bool = False                      # stopped by the app: the model was repeating itself
     interrupted: str = ""
     error: tuple[str, str] | None = None      # (kind, detail)
     notices: list[str] = field(default_factory=list)
@@ -155,7 +168,9 @@ def read(notes: list[str]) -> Read:
     out = Read()
     for note in notes:
         body = _body(note)
-        if body.startswith("reply: stopped"):
+        if body.startswith(LOOPED):
+            out.looped = True
+        elif body.startswith("reply: stopped"):
             out.stopped = True
         elif (found := _CUT.match(body)) is not None:
             out.cut = int(found.group(1))

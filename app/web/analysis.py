@@ -17,6 +17,7 @@ from flask import Blueprint, Response, abort, flash, redirect, render_template, 
 
 from .. import chunking
 from ..errors import Busy, HarveyError
+from ..render import markdown
 from ..retrieval import embedding
 from ..events import RECONNECT_MS, Event, gate_for, last_event_id, sse_format, sse_retry
 from .context import services
@@ -142,6 +143,8 @@ def _render(job: Job, event: Event) -> str:
     if event.name == "partial":
         result = job.results.get(int(event.data or -1))
         return render_template("analysis/_partial.html", job=job, result=result) if result else ""
+    if event.name == "writing":
+        return render_template("analysis/_writing.html", text=services().jobs.writing(job), markdown=markdown)
     if event.name == "progress":
         data = json.loads(event.data) if event.data else {}
         return render_template("analysis/_progress.html", job=job, running=data.get("running") or [],
@@ -261,11 +264,31 @@ def passage(name: str, turn: int, chunk: int):
 def _card_context() -> dict:
     """What the analysis card needs in any page that shows one."""
     runner = services().jobs
-    return {"config_chunking": services().config.chunking, "now_ts": time.time,
+    return {"config_chunking": services().config.chunking, "config_chat": services().config.chat, "now_ts": time.time,
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
             "retrieval_offer": retrieval_offer, "computed": computed, "question_kind": question_kind,
+            "waits_for": waits_for, "writing": runner.writing, "markdown": markdown,
             "list_target": lambda text: answers.list_target(without_directive(text or ""))}
+
+
+def waits_for(job: Job) -> dict | None:
+    """The analysis ``job`` waits behind on the one analysis lane (issue 44): its file and session, how far
+    it is, about how long it has left, where it is and how to stop it; None when nothing runs before it."""
+    runner = services().jobs
+    ahead = runner.ahead(job)
+    if ahead is None:
+        return None
+    try:
+        title = services().store.load(ahead.session).title
+    except (SessionNotFound, OSError):
+        title = ahead.session
+    eta = ahead.eta_seconds()
+    base = url_for("analysis.start", name=ahead.session, job_id=ahead.id)[:-6]
+    return {"file": ahead.file, "title": title, "done": ahead.processed, "total": ahead.total,
+            "minutes": max(1, round(eta / 60)) if eta else None, "stage": ahead.state,
+            "url": url_for("chat.page", name=ahead.session) + f"#turn-{ahead.turn}", "cancel": f"{base}/cancel",
+            "same_session": ahead.session == job.session}
 
 
 def question_kind(job: Job) -> dict:

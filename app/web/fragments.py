@@ -38,6 +38,7 @@ class TurnView:
     harvey_text: str = ""
     stats: str = ""
     stopped: bool = False
+    looped: bool = False        # the app stopped the reply: the model was repeating itself (issue 44)
     error: dict | None = None
     partial_kept: bool = False
     notices: list[str] = field(default_factory=list)
@@ -80,6 +81,7 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
         view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
     read = notes.read(turn.notes)
     view.stopped, view.notices, view.offers, view.files = read.stopped, read.notices, read.offers, read.files
+    view.looped = read.looped
     view.cut = read.cut if turn.reply is not None else 0
     if read.error:
         view.error = error_view(*read.error, api=api)
@@ -115,7 +117,7 @@ def _never_finished(turn: fountain.Turn, read: notes.Read, session: str = "", in
     """
     if not turn.user_text or turn.reply is not None or turn.harvey or turn.analysis is not None:
         return False
-    if read.error or read.stopped or read.declined or read.compacted is not None or turn.when is None:
+    if read.error or read.stopped or read.looped or read.declined or read.compacted is not None or turn.when is None:
         return False
     try:
         started = services().started_at
@@ -147,8 +149,8 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
              for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
     last = by_index.get(len(turns) - 1)
-    if last is not None and last.cut:
-        last.continuable = _continuable(svc, session, last.index)
+    if last is not None and (last.cut or last.looped):
+        last.continuable = _continuable(svc, session, last.index, looped=last.looped)
     holder = svc.activities.holder(session.name)
     if holder is not None and holder.kind == "reply" and holder.turn in by_index:
         view = by_index[holder.turn]
@@ -164,11 +166,11 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     return views
 
 
-def _continuable(svc, session: Session, index: int) -> bool:
+def _continuable(svc, session: Session, index: int, looped: bool = False) -> bool:
     """Whether Continue can ask for the rest of turn ``index``'s cut reply: its request fits the
     window (the same check the Continue itself makes, ``prepare.continue_request``)."""
     try:
-        prepare.continue_request(svc.sizing, session.turns, index, session_model(svc.sizing, session))
+        prepare.continue_request(svc.sizing, session.turns, index, session_model(svc.sizing, session), looped)
     except (HarveyError, ModelError):
         return False
     return True

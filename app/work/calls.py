@@ -23,6 +23,8 @@ retrieval answer, each batch of an index build).
 
 from __future__ import annotations
 
+import logging
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -32,9 +34,13 @@ from ..errors import ModelError
 from ..modelserver import Cancelled, ChatStream, ContextExceeded, ModelServer, Usage
 from ..modelserver.base import Embedding
 from .activity import Activity
+from .loops import Loop, LoopWatch
 
-COMPLETE, CUT, STOPPED, FAILED, LOST = "complete", "cut", "stopped", "failed", "lost"
+log = logging.getLogger(__name__)
 
+COMPLETE, CUT, STOPPED, FAILED, LOST, LOOPED = "complete", "cut", "stopped", "failed", "lost", "looped"
+
+TEXT_EVERY_S = 0.5         # a reply shown while it is written (``Request.on_text``) is shown this often at most
 MIN_REPLY_TOKENS = 16      # a reply that cannot have even this much room is refused, not started
 
 
@@ -51,6 +57,8 @@ class Request:
     format: dict | str | None = None
     tokens: int | None = None   # the prompt's estimate when the caller knows better (files of their own kind)
     on_progress: Callable[[int, int], None] | None = None   # prompt tokens read so far, of all (llama-server)
+    watch_loops: bool = True    # stop the reply as soon as it repeats itself (issue 44, ``loops``)
+    on_text: Callable[[str], None] | None = None   # the reply so far, while it is written (``TEXT_EVERY_S``)
 
     @property
     def estimate(self) -> int:
@@ -62,16 +70,29 @@ class Call:
 
     def __init__(self, request: Request, stream: ChatStream):
         self.request, self._stream = request, stream
-        self.outcome = ""               # COMPLETE | CUT | STOPPED | FAILED | LOST, set at the end
+        self.outcome = ""               # COMPLETE | CUT | STOPPED | FAILED | LOST | LOOPED, set at the end
         self.error: ModelError | None = None
         self.warning = ""               # what the calibration noticed about the server's counts
+        self.loop: Loop | None = None   # the repetition the reply was stopped at (issue 44)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._stream)
+        """The reply's pieces; a reply that starts repeating itself is stopped there (the server stops
+        writing), and ``text`` keeps it up to the loop's first turn."""
+        watch = LoopWatch() if self.request.watch_loops else None
+        for piece in self._stream:
+            if watch is not None and (found := watch.feed(piece)) is not None:
+                self.loop = found
+                self._stream.cancel()
+                return
+            yield piece
+
+    @property
+    def looped(self) -> bool:
+        return self.loop is not None
 
     @property
     def text(self) -> str:
-        return self._stream.text
+        return self._stream.text[:self.loop.keep] if self.loop is not None else self._stream.text
 
     @property
     def usage(self) -> Usage | None:
@@ -200,18 +221,28 @@ class ModelCalls:
         finally:
             if stream.usage is None and not stream.cancelled:
                 stream.cancel()             # left before the end: free the connection (the server stops)
-            call.outcome = outcome_of(stream, error)
+            call.outcome = LOOPED if call.loop is not None else outcome_of(stream, error)
             call.error = server_error(error)
             call.warning = self._close(activity, stream, request)
+            if call.loop is not None:
+                log.info("a reply to %s repeated %r %d times: stopped, %d characters kept", request.model,
+                         call.loop.span[:60], call.loop.times, call.loop.keep)
 
     def text(self, activity: Activity, request: Request) -> tuple[str, Usage | None]:
         """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop.
-        ``usage.cut_off`` says the reply ended at its cap."""
+        ``usage.cut_off`` says the reply ended at its cap.  ``request.on_text`` is given the reply so far
+        while it is written, every ``TEXT_EVERY_S`` at most."""
         with self.stream(activity, request) as call:
-            text = "".join(call)
-            if call.cancelled:
+            shown = 0.0
+            for _ in call:
+                if request.on_text is not None and time.monotonic() - shown >= TEXT_EVERY_S:
+                    shown = time.monotonic()
+                    request.on_text(call.text)       # (issue 44: every answer a person waits for streams)
+            if call.cancelled and not call.looped:
                 raise Cancelled("The call was stopped.")
-        return text.strip(), call.usage
+        if call.looped:
+            return call.text.strip(), Usage(stopped_by="loop")
+        return call.text.strip(), call.usage
 
     @contextmanager
     def embedding(self, activity, model: str, texts: str | list[str]) -> Iterator[EmbeddingCall]:

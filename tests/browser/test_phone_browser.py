@@ -10,7 +10,7 @@ import re
 import pytest
 
 from browser.conftest import ARTIFACTS, axe_violations, no_horizontal_scroll, wait_until
-from scripted_ollama import Reply
+from scripted_ollama import Reply, prose
 from test_analysis import big_file_config, map_or_reduce
 
 pytestmark = pytest.mark.browser
@@ -159,8 +159,8 @@ def test_declined_card_leaves_no_question(long_job_app, open_page):
 LONG_WORD = "Supercalifragilisticexpialidocious"
 STREAMED = ("First a short paragraph with **bold** words.\n\n"
             "```python\ndef hello():\n    return 'hi'\n```\n\n"
-            + "".join(f"Paragraph {n} of the long answer, long enough to wrap on a phone and to fill "
-                      f"the screen so that the reader can scroll up while it grows.\n\n" for n in range(40))
+            + "".join(f"Paragraph {n} of the long answer, {prose(10, seed=n)}, long enough to wrap on a phone and "
+                      f"to fill the screen so that the reader can scroll up while it grows.\n\n" for n in range(40))
             + f"| name | what | where |\n|---|---|---|\n| {LONG_WORD} | {LONG_WORD}Again | "
               f"{LONG_WORD}Third |\n| b | c | d |\n\nThe end.")
 
@@ -435,7 +435,7 @@ def test_focus_follows_start_and_cancel_and_states_are_announced(long_job_app, o
 
 @pytest.mark.parametrize("size,scheme", LOOKS, ids=LOOK_IDS)
 def test_esc_stops_a_reply_focus_follows_stop_and_code_is_reachable(live, scripted, open_page, size, scheme):
-    scripted.script = Reply(text="```\n" + "code line\n" * 5 + "```\n\n" + "slow " * 400, piece_size=5,
+    scripted.script = Reply(text="```\n" + "code line\n" * 5 + "```\n\n" + prose(400), piece_size=5,
                             token_delay=0.03)
     page = open_page(size, scheme)
     page.goto(live.url + "/")
