@@ -315,3 +315,52 @@ def test_7_the_servers_window_is_read_again_after_its_age(monkeypatch):
         monkeypatch.setattr(openai, "PROPS_MAX_AGE_S", 0.0)
         monkeypatch.setattr(OpenAIServer, "facts_max_age", 0.0)
         assert models.window("tiny:1b") == 2048
+
+
+# -- issue 43 item 2: a continuation that fails or is stopped keeps what it added, and the reply stays cut --
+
+def cut_then(tmp_path, scripted, make_live, continuation):
+    """A reply cut at its cap of 16 tokens, then Continue answered by ``continuation``: (live, name, cut)."""
+    scripted.honor_num_predict = True
+    scripted.script = lambda body: (continuation if body["messages"][-1]["content"] == CONTINUE_PROMPT
+                                    else Reply(text=prose(40)))
+    live = make_live(chat_config(tmp_path, scripted.url, chat=ChatConfig(reply_tokens=16)))
+    name = live.open_session()
+    send(live, name, "tell me everything")
+    follow_reply(live, name)
+    cut = fountain.turns(fountain.loads(session_file(live, name)))[0]
+    assert "cut at 16 tokens" in session_file(live, name)
+    return live, name, cut
+
+
+def test_43_2_a_failed_continuation_keeps_what_it_added_and_continue_works_again(tmp_path, scripted, make_live):
+    rest = " and then the tide came in, slowly, over the flats."
+    live, name, cut = cut_then(tmp_path, scripted, make_live,
+                               Reply(text=rest, piece_size=8, fault="midstream_error", fault_after=3))
+    assert live.post(f"/s/{name}/turns/0/continue").status_code == 200
+    _, final = follow_reply(live, name, 0)
+    turn = fountain.turns(fountain.loads(session_file(live, name)))[0]
+    assert turn.reply == cut.reply + rest[:24]                       # what the continuation added is kept
+    assert "Cut at 16 tokens" in final and ">Continue</button>" in final and "continuation failed" in final
+    assert turn.stats == cut.stats                                   # the reply's own counts are kept
+    scripted.script = lambda body: Reply(text=" The end.")
+    assert live.post(f"/s/{name}/turns/0/continue").status_code == 200     # Continue works again
+    follow_reply(live, name, 0)
+    turn = fountain.turns(fountain.loads(session_file(live, name)))[0]
+    assert turn.reply == cut.reply + rest[:24] + " The end." and "cut at" not in session_file(live, name)
+    assert scripted.chats()[-1].body["messages"][-2]["content"] == cut.reply + rest[:24]
+    # the stats line counts the whole reply: the 16 cut tokens and the continuation's 3 (one per piece of 4)
+    assert fountain.reply_tokens(turn.stats) == 16 + 3
+
+
+def test_43_2_a_stopped_continuation_keeps_what_it_added_and_continue_works_again(tmp_path, scripted, make_live):
+    live, name, cut = cut_then(tmp_path, scripted, make_live, Reply(text=" " + prose(400), piece_size=6, token_delay=0.5))
+    assert live.post(f"/s/{name}/turns/0/continue").status_code == 200
+    gen = live.services.activities.last(name)
+    wait_for(lambda: len(gen.pieces) >= 3, 30, what="the continuation to stream")   # (the cut part, two pieces)
+    assert live.post(f"/s/{name}/stop", data={"activity": gen.id}).status_code == 204
+    _, final = follow_reply(live, name, 0)
+    turn = fountain.turns(fountain.loads(session_file(live, name)))[0]
+    assert turn.reply.startswith(cut.reply) and len(turn.reply) > len(cut.reply)
+    assert "Cut at 16 tokens" in final and ">Continue</button>" in final and "continuation was stopped" in final
+    assert "Stopped: the reply above" not in final

@@ -102,6 +102,30 @@ def _read(calls: ModelCalls, gen: Generation, request: Request, on_piece) -> Non
             gen.usage, gen.warning = call.usage, call.warning
 
 
+def continued_turn(done: fountain.Turn, gen: Generation, before: fountain.Turn, backend: str) -> fountain.Turn:
+    """A continuation's turn (``done``, from ``recorded_turn``) as the session keeps it (issue 43): its stats
+    count the whole reply (the part before and the rest); one that did not end by itself (failed,
+    stopped, interrupted) keeps all it added and the mark of ``before`` (cut at its cap, or stopped as a
+    loop), so Continue works again, and says what happened in a notice, not as the reply's error."""
+    figures = fountain.stats_figures(before.stats)
+    usage = gen.usage
+    if figures is not None and usage is not None:
+        reply, _, seconds = figures
+        done.stats = fountain.stats_line(gen.model, backend, reply + (usage.generated_tokens or 0),
+                                         usage.prompt_tokens or 0, seconds + usage.seconds)
+    elif done.stats is None:
+        done.stats = before.stats
+    if gen.status == "done":
+        return done
+    mark = [n for n in before.notes if notes.is_cut(n) or notes.is_looped(n)]
+    kept = [n for n in done.notes if not notes.says_how_it_ended(n)]
+    what = ("was stopped" if gen.status in ("stopped", "looped") else "was interrupted" if gen.status == "interrupted"
+            else f"failed ({gen.error})")
+    done.notes = [*kept, *mark, notes.notice(f"The continuation {what}: what it added is kept, and Continue "
+                                             "asks for the rest again.")]
+    return done
+
+
 def recorded_turn(gen: Generation, base: fountain.Turn, backend: str) -> fountain.Turn:
     """The turn as the session file keeps it once ``gen`` ended: the reply, its stats line, and the
     notes that say how it ended (stopped, interrupted by a shutdown, the server's error, cut at its

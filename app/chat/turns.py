@@ -247,13 +247,15 @@ def continue_reply(svc, name: str, turn: int) -> Outcome:
                              notes=[n for n in cut.notes if not (notes.is_cut(n) or notes.is_looped(n))])
         gen = Generation(svc.activities.new_id(), name, turn, model)
         svc.activities.begin(name, "reply", turn, gen)
-    _start_reply(svc, gen, base, prepared, prefix=cut.reply)
+    _start_reply(svc, gen, base, prepared, prefix=cut.reply, before=cut)
     return Outcome(session, turn, cut, model, reply=gen)
 
 
-def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared, prefix: str = "") -> None:
+def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Prepared, prefix: str = "",
+                 before: fountain.Turn | None = None) -> None:
     """Generate in the background; write the reply into the turn when it ends.  ``prefix``: the
-    reply so far that this one continues (shown first, recorded with what follows)."""
+    reply so far that this one continues (shown first, recorded with what follows); ``before``: the turn
+    it continues (``replies.continued_turn``)."""
     rendering, last_block = MarkdownStream(f"reply-text-{gen.turn}"), [0]
 
     def on_piece(gen: Generation, piece: str) -> None:
@@ -266,6 +268,8 @@ def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Pr
 
     def record(gen: Generation) -> None:
         done = replies.recorded_turn(gen, turn, svc.store.backend)
+        if before is not None:
+            done = replies.continued_turn(done, gen, before, svc.store.backend)
         try:
             svc.store.replace_turn(gen.session, gen.turn, done, expect=turn.user_text)
         except HarveyError:

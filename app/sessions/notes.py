@@ -64,6 +64,11 @@ def notice(text: str) -> str:
     return f"notice: {' '.join(text.split())}"
 
 
+def says_how_it_ended(note: str) -> bool:
+    """A note that says a reply did not end by itself: stopped, stopped as a loop, interrupted, failed."""
+    return _body(note).startswith((STOPPED, LOOPED, INTERRUPTED, "reply: error:"))
+
+
 def is_notice(note: str) -> bool:
     return _body(note).startswith("notice:")
 

@@ -154,7 +154,7 @@ from .data import (CHUNK_DONE, END_MARKER, HARVEY, TS_FORMAT, Answer, ChunkAnaly
                    Screenplay, Turn)
 from .parser import loads, read_file
 from .turns import (chat_scene, mention_note, model_switch_note, new_title_page, reply_tokens, split_mention,
-                    stats_line, turn_scenes, turns)
+                    stats_figures, stats_line, turn_scenes, turns)
 
 __all__ = [
     "Element",
@@ -173,6 +173,7 @@ __all__ = [
     "model_cue",
     "stats_line",
     "reply_tokens",
+    "stats_figures",
     "new_title_page",
     "model_switch_note",
 ]

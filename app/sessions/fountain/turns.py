@@ -44,6 +44,18 @@ def reply_tokens(stats: str | None) -> int | None:
     return int(m["a"] or m["b"]) if m else None
 
 
+_FIGURES = re.compile(r"(?P<reply>\d+) reply \+ (?P<ctx>\d+) ctx · \S+ · (?P<rate>[\d.]+) tok/s")
+
+
+def stats_figures(stats: str | None) -> tuple[int, int, float] | None:
+    """A stats line's reply tokens, context tokens and seconds (from its rate), or None when it says none."""
+    m = _FIGURES.search(stats or "")
+    if m is None:
+        return None
+    reply, rate = int(m["reply"]), float(m["rate"])
+    return reply, int(m["ctx"]), reply / rate if rate > 0 else 0.0
+
+
 def _is_stats(text: str) -> bool:
     return bool(_STATS.fullmatch(text) or _STATS_SHORT.fullmatch(text))
 
