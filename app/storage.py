@@ -6,9 +6,19 @@ state file (sessions, jobs, calibration) is written through here.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
+
+
+def why_unwritten(exc: OSError) -> str:
+    """Why a file could not be written, in words for a card ("the disk is full")."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "the disk is full"
+    if exc.errno == errno.EROFS:
+        return "the disk is read-only"
+    return exc.strerror or str(exc)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

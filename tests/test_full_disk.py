@@ -35,23 +35,16 @@ def small_disk(tmp_path):
 
 
 def fill(folder: Path) -> Path:
-    """Write a file until the filesystem says it is full."""
+    """Write a file until the filesystem says it is full (unbuffered: a buffered file would flush what the
+    disk refused once more when it is closed, and fail there)."""
     filler = folder / "filler"
-    block = b"\0" * 65536
-    with open(filler, "wb") as fh:
-        try:
-            while True:
-                fh.write(block)
-                fh.flush()
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    try:                                 # and the last few bytes a short write left
-        with open(filler, "ab") as fh:
-            while True:
-                fh.write(b"\0" * 512)
-                fh.flush()
-    except OSError:
-        pass
+    with open(filler, "wb", buffering=0) as fh:
+        for size in (65536, 512, 1):
+            try:
+                while fh.write(b"\0" * size):
+                    pass
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
     return filler
 
 
@@ -143,3 +136,59 @@ def test_an_sd_card_remounted_read_only_gives_the_session_back(held, scripted):
         subprocess.run(["mount", "-o", "remount,rw", str(data)], capture_output=True)
     live.post(f"/s/{name}/analysis/{job.id}/resume")
     wait_settled(live, job, 60)
+
+
+# -- issue 43 item 1: the disk fills while a chat reply streams ------------------------------------
+
+@pytest.fixture
+def small_sessions(tmp_path):
+    """A 4 MB tmpfs as the sessions folder itself (unmounted at the end, whatever happened)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(sessions)], capture_output=True).returncode == 0
+    require(mounted, "mounting a tmpfs needs root (a full disk is tested on a real small filesystem)")
+    try:
+        yield sessions
+    finally:
+        if subprocess.run(["umount", str(sessions)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(sessions)], capture_output=True)
+
+
+def test_a_chat_reply_the_full_disk_cannot_take_stays_on_the_page_and_resend_saves_it(
+        tmp_path, scripted, make_live, small_sessions):
+    from conftest import make_config
+    from scripted_ollama import Reply
+    from test_chat import follow_reply, send
+
+    gate, arrived = threading.Event(), threading.Event()
+    answer = "The tide turns twice a day, and the harbour gates open an hour before high water."
+
+    def script(body):
+        arrived.set()
+        gate.wait(GATE_S)                # the reply streams while the disk fills
+        return Reply(text=answer)
+
+    scripted.script = script
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    send(live, name, "When do the gates open?")
+    assert arrived.wait(GATE_S)
+    filler = fill(small_sessions)
+    gate.set()
+    _, final = follow_reply(live, name)
+    assert answer in final and "Not saved" in final and "the disk is full" in final
+    assert "Re-send this message" in final
+    page = live.get(f"/s/{name}").text                        # a reload shows it too
+    assert answer in page and "Not saved" in page
+    nxt = live.post(f"/s/{name}/messages", data={"message": "And at night?"})
+    assert nxt.status_code == 507 and "the disk is full" in nxt.text and "still in the box" in nxt.text
+    assert nxt.headers["HX-Retarget"] == "#composer-note"
+    filler.unlink()                                            # room again: Re-send works and is saved
+    scripted.script = lambda body: Reply(text=answer)
+    again = live.post(f"/s/{name}/turns/0/resend", data={"message": "When do the gates open?"})
+    assert again.status_code == 200, again.text
+    follow_reply(live, name)
+    saved = live.services.store.load(name).turns
+    assert [t.reply for t in saved] == [answer] and live.services.store.unsaved(name) is None
+    assert "Not saved" not in live.get(f"/s/{name}").text

@@ -42,13 +42,13 @@ is in the session file the job's folder goes and the runner forgets it.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterable
 
+from ..storage import why_unwritten
 from ..errors import Conflict, Refused
 from ..routing import without_mentions
 
@@ -77,13 +77,7 @@ OPEN = ("proposed", "choose", "confirm", "interrupted", *ACTIVE)  # still needs 
 DISCARDABLE = ("proposed", "choose", "confirm", "interrupted", "failed")   # a card offers Discard
 
 
-def disk_trouble(exc: OSError) -> str:
-    """Why a file could not be written, in words for a card."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return "the disk is full"
-    if exc.errno == errno.EROFS:
-        return "the disk is read-only"
-    return exc.strerror or str(exc)
+disk_trouble = why_unwritten          # (the one wording, app.storage)
 
 
 def without_directive(instruction: str) -> str:

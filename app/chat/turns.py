@@ -23,6 +23,7 @@ from ..render import MarkdownStream
 from ..routing import split_mention, unrouted
 from ..sessions import fountain, names, notes
 from ..sessions.store import Session
+from ..storage import why_unwritten
 from . import prepare, replies
 from .replies import Generation
 from .status import session_model
@@ -274,6 +275,13 @@ def _start_reply(svc, gen: Generation, turn: fountain.Turn, prepared: prepare.Pr
             svc.store.replace_turn(gen.session, gen.turn, done, expect=turn.user_text)
         except HarveyError:
             log.exception("the reply of turn %d in %s could not be recorded", gen.turn + 1, gen.session)
+        except OSError as exc:          # a full or read-only disk (issue 43): what arrived stays on the page
+            why = why_unwritten(exc)
+            log.error("the reply of turn %d in %s could not be saved: %s", gen.turn + 1, gen.session, why)
+            svc.store.hold_unsaved(gen.session, gen.turn, fountain.Turn(
+                when=done.when, user_text=done.user_text, model=done.model, reply=done.reply, stats=done.stats,
+                notes=[*done.notes, notes.error("unsaved", f"The reply could not be saved: {why}. It is kept on "
+                                                           "this page until the app restarts.")]))
 
     request = prepared.request()
     if prefix:

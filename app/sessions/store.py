@@ -106,6 +106,9 @@ class SessionStore:
         self._cache_lock = threading.Lock()
         self._guard = threading.Lock()
         self._index: SessionIndex | None = None
+        # A reply that could not be written (a full or read-only disk, issue 43): the turn as it would have
+        # been, by session, until that turn is written again; the page shows it with its error card.
+        self._unsaved: dict[str, tuple[int, fountain.Turn]] = {}
 
     # -- paths and locks ----------------------------------------------------------
 
@@ -225,9 +228,24 @@ class SessionStore:
                 marked = copy.deepcopy(session.turns[target])
                 marked.superseded = True
                 between = session.play.scenes[stop + 1:first]
-                return self._splice(session, start, last + 1, [*self._scenes(marked), *between, *self._scenes(turn)],
-                                    None)
-            return self._splice(session, first, last + 1, self._scenes(turn), index)
+                written = self._splice(session, start, last + 1,
+                                       [*self._scenes(marked), *between, *self._scenes(turn)], None)
+            else:
+                written = self._splice(session, first, last + 1, self._scenes(turn), index)
+            with self._guard:
+                if self._unsaved.get(name, (None,))[0] == index:
+                    del self._unsaved[name]         # that turn is written now
+            return written
+
+    def hold_unsaved(self, name: str, index: int, turn: fountain.Turn) -> None:
+        """Keep turn ``index`` of ``name`` in memory: it could not be written (``unsaved``)."""
+        with self._guard:
+            self._unsaved[name] = (index, turn)
+
+    def unsaved(self, name: str) -> tuple[int, fountain.Turn] | None:
+        """The turn of ``name`` that could not be written, with its index (None: nothing is held)."""
+        with self._guard:
+            return self._unsaved.get(name)
 
     def update_turn(self, name: str, index: int, change: Callable[[fountain.Turn], None],
                     expect: str | None) -> tuple[Session, fountain.Turn]:

@@ -18,6 +18,7 @@ from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
 from ..render import stream_snapshot
 from .context import services
 from ..sessions.store import Session, SessionNotFound
+from ..storage import why_unwritten
 from ..chat import turns
 from .fragments import busy_kind, fragment, page_context, recent, turn_fragment, turn_view, views_of
 from ..chat.status import match_model, recorded_model, session_model
@@ -100,6 +101,17 @@ def _busy_card(name: str, exc: Busy):
     return render_template("chat/_busy.html", message=str(exc), name=name, kind=kind), 409
 
 
+def _unwritten(name: str, exc: OSError) -> Response:
+    """A message, re-send, regenerate or continue the disk could not take (issue 43): said in the composer's
+    note (the typed message stays in the box), never a bare 500; nothing was sent to the model."""
+    why = why_unwritten(exc)
+    log.error("a change of %s could not be saved: %s", name, why)
+    note = (f'<p id="composer-note" class="attach-status error" role="alert">Not sent: {escape(why)}, so the '
+            'message could not be saved. It is still in the box: make room (or fix the disk), then send it '
+            'again.</p>')
+    return Response(note, status=507, headers={"HX-Retarget": "#composer-note", "HX-Reswap": "outerHTML"})
+
+
 def _render(outcome: turns.Outcome) -> str:
     """The turn a use case wrote, as the page shows it now."""
     view = turn_view(outcome.index, outcome.turn, outcome.model, api=services().config.model_server.api)
@@ -127,6 +139,8 @@ def send(name: str):
                              edit_of=request.form.get("retry_of", type=int), allow_missing=_missing_ok())
     except Busy as exc:
         return _busy_card(name, exc)
+    except OSError as exc:
+        return _unwritten(name, exc)
     if outcome.declined:
         return Response(turn_fragment(name, outcome.index),
                         headers={"HX-Retarget": f"#turn-{outcome.index}", "HX-Reswap": "outerHTML"})
@@ -154,6 +168,8 @@ def resend(name: str, turn: int):
                                text=request.form.get("message") or None, allow_missing=_missing_ok())
     except Busy as exc:
         return _busy_card(name, exc)
+    except OSError as exc:
+        return _unwritten(name, exc)
     if outcome is None:
         return send(name)
     return Response(_render(outcome), headers={"HX-Retarget": f"#turn-{turn}", "HX-Reswap": "outerHTML"})
@@ -170,6 +186,8 @@ def regenerate(name: str, turn: int):
         return _busy_card(name, exc)
     except Conflict as exc:
         abort(409, description=str(exc))
+    except OSError as exc:
+        return _unwritten(name, exc)
 
 
 @bp.post("/s/<name>/turns/<int:turn>/continue")

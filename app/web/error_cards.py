@@ -25,6 +25,8 @@ ERROR_TEXTS = {
     "no_text_layer": ("The PDF has no text", "It is a scan: run OCR on it (for example ocrmypdf) and name the result."),
     "encrypted": ("The PDF is encrypted", "Save a copy without the password and name that."),
     "damaged": ("The file is damaged", "Open it in its program and save it again, then name the new copy."),
+    "unsaved": ("Not saved", "Make room on the disk (or fix it), then Re-send this message: its reply is then "
+                             "saved with the session."),
 }
 OTHER_ERROR = ("{Server} returned an error", "Try again; check {log} if it repeats.")
 

@@ -148,6 +148,10 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.model_server.api)
              for i in range(max(0, start), stop)]
     by_index = {view.index: view for view in views}
+    held = svc.store.unsaved(session.name)         # a reply the disk could not take (issue 43): shown as it came
+    if held is not None and held[0] in by_index and turns[held[0]].reply is None:
+        view = turn_view(held[0], held[1], default_model, models, session.name, svc.config.model_server.api)
+        views[views.index(by_index[held[0]])] = by_index[held[0]] = view
     last = by_index.get(len(turns) - 1)
     if last is not None and (last.cut or last.looped):
         last.continuable = _continuable(svc, session, last.index, looped=last.looped)
