@@ -407,3 +407,48 @@ def test_an_unread_note_round_trips_through_the_scene():
     read = [notes.read_unread(n) for n in back.unread]
     assert read[0] == spans[0] and read[1]["lines"] == [1201, 1500] and read[1]["pages"] == [40, 52]
     assert notes.where(read[1]) == "lines 1201–1500 (pages 40–52, Results › Table [ [9] ] … Appendix)"
+
+
+def test_43_3_read_the_rest_runs_the_calls_it_names_and_no_failed_chunk_again(tmp_path, scripted, make_live):
+    """Issue 43 item 3: chunk 2 fails (an error inside the server's stream, every time it is asked); the
+    re-plan pauses at "Read the rest (N more calls)"; Read the rest makes exactly N map calls, none of them
+    chunk 2's, whose failure stays named in the answer."""
+    failed_text = {}
+
+    def script(body):
+        prompt = body["messages"][-1]["content"]
+        if MAP.search(prompt) and MAP.search(prompt).group(1) == "2":
+            failed_text.setdefault("chunk", prompt.split("\n", 2)[-1][:200])
+            return Reply(text="partial", fault="midstream_error", fault_after=1)
+        return dense_script(body)
+
+    scripted.script = dense_script
+    limit = planned_chunks(tmp_path, scripted, make_live)
+    scripted.script = script
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=limit))
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."})
+    wait_state(job, "confirm", "done", "failed", timeout=60)
+    assert job.state == "confirm", job.message
+    assert job.results[1].status == "error"                               # chunk 2 failed, after its retries
+    card = unescape(live.get(f"/s/{name}").text)
+    more = job.chunks - limit
+    assert f"Read the rest ({more} more call{'s' if more != 1 else ''}" in card
+    before = len(maps_of(scripted))
+    live.post(f"/s/{name}/analysis/{job.id}/read-on", data={"rest": "yes"})
+    wait_settled(live, job, timeout=60)
+    assert job.state == "done", job.message
+    after = maps_of(scripted)[before:]
+    assert len(after) == more                                              # the calls agreed, no more
+    assert not any(failed_text["chunk"] in rec.body["messages"][-1]["content"] for rec in after)
+    turn = fountain.turns(fountain.loads(session_text(live, name)))[0]
+    assert turn.analysis.results[1] != "ok"                                # and its failure is still said
+    page = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")
+    offer = page.select_one("form.read-rest button")                       # offered again, with its cost
+    assert offer is not None and "1 chunk" in offer.get_text(), page.select_one("form.read-rest")

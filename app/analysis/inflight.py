@@ -47,14 +47,15 @@ class MapQueue:
         self.ex, self.steps, self.job, self.doc = execution, execution.steps, job, doc
         self.activity, self.parallel = activity, max(1, parallel)
         self.chunks = plan.job_chunks(execution.sizing, job, doc)
-        self.todo = [c for c in self.chunks if not self._answered(c.index)]
+        self.todo = [c for c in self.chunks if not self._tried(c.index)]
         self.running: dict[Future, tuple[chunking.Chunk, Part]] = {}
         self.landed: dict[int, ChunkResult | Interrupted | None] = {}   # ended, not yet committed
         self.interrupted: BaseException | None = None
 
-    def _answered(self, index: int) -> bool:
-        done = self.job.results.get(index)
-        return done is not None and done.status == "ok"
+    def _tried(self, index: int) -> bool:
+        """Has the chunk a result, an answer or a failure (issue 43: the agreed cost is the cost run; a chunk
+        that failed after its retries is run again only when the user asks for it, with its cost)?"""
+        return index in self.job.results
 
     def run(self) -> bool:
         """Map every chunk without an answer; False when the job was interrupted (the server away)."""
@@ -157,7 +158,7 @@ class MapQueue:
         except InvalidTransition:       # stopped meanwhile: the loop sees it; what landed is kept
             return
         self.chunks = plan.job_chunks(sizing, job, self.doc)
-        self.todo = [c for c in self.chunks[started:] if not self._answered(c.index)]
+        self.todo = [c for c in self.chunks[started:] if not self._tried(c.index)]
         self.steps.progress(job)
 
     def _cancel_all(self) -> None:

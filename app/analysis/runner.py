@@ -13,12 +13,16 @@ sorted by what trying again can do:
 
 * a transport failure (Ollama unreachable, the connection dropped, a timeout, a busy
   server: ``execute.retryable``) is retried after growing pauses, then the job pauses as
-  "interrupted" with Retry; Resume retries every chunk without an answer and
-  never redoes a finished one;
+  "interrupted" with Retry; Resume runs every chunk not yet run and never redoes a
+  finished one;
 * a refusal that will repeat (the model not installed) is recorded for that chunk at
   once, never retried; a chunk refused for the window is read as two halves (split
   again, a few times at most), never sent again as it was;
 * any other error is retried once, then recorded for that chunk.
+
+A chunk recorded as failed is not run again by a Resume or a Read the rest (issue 43: the calls the
+card names are the calls made); the answer names it as not read, and its "Read the rest" offers it
+again with its cost.
 
 A re-plan (the file denser than planned) never cuts the run: when the whole
 file was chosen and it now needs more calls than the user agreed to, the agreed
@@ -455,7 +459,7 @@ class JobRunner:
         self._requeue(job, "confirm", message="", **changes)
 
     def resume(self, job: Job) -> None:
-        """Continue an interrupted job: every chunk without an answer is tried again, no finished one."""
+        """Continue an interrupted job: every chunk not yet run is run, no finished or failed one."""
         if job.state != "interrupted":
             raise InvalidTransition(f"The analysis of {job.file} is {job.state}, not interrupted.")
         try:
