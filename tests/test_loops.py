@@ -344,9 +344,12 @@ def test_compact_summarises_an_analysis_answer_even_when_it_is_the_last_turn(tmp
     page = live.get(f"/s/{name}").text
     assert "context almost full" in page and "Compact now" in page       # reachable without opening the line
     scripted.script = lambda body: Reply(text="SUMMARY: pier 40 m, quay 12 m, report.md is about the harbour.")
+    from waiting import wait_for
+    note_at = len(live.services.store.load(name).turns)          # the compact note comes after the last turn
     live.post(f"/s/{name}/compact")
-    turn = len(live.services.store.load(name).turns) - 1
-    list(live.sse(f"/s/{name}/turns/{turn}/stream"))
+    events = list(live.sse(f"/s/{name}/turns/{note_at}/stream"))
+    assert any(event == "final" and "Compacted" in data for event, data, _ in events)
+    wait_for(lambda: live.services.activities.holder(name) is None, 10, what="the compact to give the session back")
     transcript = scripted.chats()[-1].body["messages"][-1]["content"]
     assert "a great deal about the harbour" in transcript and "the pier is 40 m" in transcript
     scripted.script = lambda body: Reply(text="fine")
