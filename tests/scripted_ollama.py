@@ -149,6 +149,7 @@ class ScriptedOllama(ScriptedServer):
         # text (llama.cpp's /tokenize over that GGUF): prompt_eval_count is then the content's count plus
         # ChatML's ``template_tokens`` (5 a message, 3 for the reply's turn).
         self.model_info: dict[str, dict] = {}
+        self.pulls: dict[str, int] = {}     # a model pulled again under its name: a new digest
         self.count_fn: Callable[[str], int] | None = None
         self.template_tokens = (5, 3)
         self.verbose_shows = 0           # /api/show requests with verbose (the app fetched a vocabulary)
@@ -191,7 +192,8 @@ class ScriptedOllama(ScriptedServer):
 
     def digest(self, name: str) -> str:
         """A model's digest, as /api/tags gives it: changes with its window and whether it has a vocabulary."""
-        return hashlib.sha256(f"{name}|{self.models[name]}|{bool(self.model_info.get(name))}".encode()).hexdigest()
+        return hashlib.sha256(f"{name}|{self.models[name]}|{bool(self.model_info.get(name))}|"
+                              f"{self.pulls.get(name, 0)}".encode()).hexdigest()
 
     def tokens_of(self, text: str) -> int:
         """A text's 'true' token count (bytes/4 x ratio), as for prompts."""

@@ -507,3 +507,58 @@ def test_an_exact_budget_keeps_a_smaller_margin(tmp_path, smollm):
     counted = new_budget(config, "m", 8192, 4.0, counter=counter, template=(5, 3))
     assert estimated.components["margin"] == 820 and counted.components["margin"] == 164
     assert counted.estimate("Count, don't guess.") == counter.count("Count, don't guess.") == 6
+
+
+# -- issue 43 item 5: counters that heal ------------------------------------------------------------
+
+@pytest.mark.parametrize("kept", ['{"format": "gguf-keys"}\n{"general.name": "Smol"}',          # JSON, no vocabulary
+                                  '{"format": "gguf-keys"}\n[1, 2, 3]',                          # JSON, not an object
+                                  '{"format": "gguf-keys"}\n{"tokenizer.ggml.model": 7}'])       # JSON, wrong types
+def test_a_kept_vocabulary_that_is_json_but_damaged_is_built_again_once(vocab_ollama, tmp_path, kept):
+    first = OllamaServer(vocab_ollama.url)
+    first.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert first.counter("smol:135m", wait=True) is not None
+    (path,) = (tmp_path / "tokenizers").glob("*.json")
+    path.write_text(kept, encoding="utf-8")
+    again = OllamaServer(vocab_ollama.url)
+    again.token_counters.cache_dir = tmp_path / "tokenizers"
+    counter = again.counter("smol:135m", wait=True)
+    assert counter is not None and counter.count("Hello, world") == 3
+    assert vocab_ollama.verbose_shows == 2                      # fetched once more, and the file replaced
+    assert Counter.loads(path.read_text(encoding="utf-8")).count("Hello, world") == 3
+
+
+def test_a_cannot_count_note_of_another_app_version_is_not_trusted(vocab_ollama, tmp_path):
+    first = OllamaServer(vocab_ollama.url)
+    first.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert first.counter("smol:135m", wait=True) is not None
+    (path,) = (tmp_path / "tokenizers").glob("*.json")
+    path.unlink()
+    path.with_suffix(".none").write_text("its pre-tokenizer 'smollm' is not one the app can reproduce\n")  # before 43
+    again = OllamaServer(vocab_ollama.url)
+    again.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert again.counter("smol:135m", wait=True) is not None    # this app counts it: built again
+    assert again.counter_state("smol:135m")[0] == "exact"
+    assert again.counter("plain:1b", wait=True) is None         # a note this app writes is kept and read
+    (note,) = (tmp_path / "tokenizers").glob("*.none")
+    third = OllamaServer(vocab_ollama.url)
+    third.token_counters.cache_dir = tmp_path / "tokenizers"
+    shows = vocab_ollama.verbose_shows
+    assert third.counter("plain:1b", wait=True) is None and vocab_ollama.verbose_shows == shows
+
+
+def test_a_model_pulled_again_under_its_name_is_counted_with_its_new_vocabulary(vocab_ollama, tmp_path):
+    """The counter is found by the model's digest, never by its name: pulled again (a new digest) as a
+    model whose vocabulary differs, the old counter is no longer "exact" for it."""
+    server = OllamaServer(vocab_ollama.url)
+    server.token_counters.cache_dir = tmp_path / "tokenizers"
+    assert server.counter("smol:135m", wait=True) is not None
+    assert server.counter_state("smol:135m")[0] == "exact"
+    vocab_ollama.model_info["smol:135m"] = dict(vocab_ollama.model_info["smol:135m"],
+                                                **{"tokenizer.ggml.pre": "deepseek-llm"})   # another tokenizer
+    vocab_ollama.pulls["smol:135m"] = 1
+    server.models(max_age=0.0)                                   # the list the status line refreshes
+    assert server.counter_state("smol:135m")[0] != "exact"
+    assert server.counter("smol:135m", wait=True) is None
+    state, why = server.counter_state("smol:135m")
+    assert state == "estimated" and "deepseek-llm" in why

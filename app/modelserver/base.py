@@ -229,7 +229,7 @@ class ModelServer(ABC):
         self._weights: dict[str, int | None] = {}
         self._measured: dict[str, dict[int, int]] = {}    # model -> {window: bytes beyond the estimate}
         self._loaded: set[str] = set()                     # models a reply finished on, not looked at since
-        self.token_counters = TokenCounters(self._build_counter, self.digest)
+        self.token_counters = TokenCounters(self._build_counter, self.digest, current=self.known_digest)
 
     def __str__(self) -> str:
         """For messages: "Ollama at http://127.0.0.1:11434"."""
@@ -433,4 +433,9 @@ class ModelServer(ABC):
         """The model's digest where the server says it (a model pulled again under the same name is
         another model: its counter on disk and its stored vectors are not the old one's); None:
         unknown (its vocabulary is not kept on disk)."""
+        return None
+
+    def known_digest(self, model: str) -> str | None:
+        """The model's digest as the server last listed it, asking nothing (None: not listed yet, or a
+        server that gives none): a counter in memory is checked against it on each use (issue 43)."""
         return None

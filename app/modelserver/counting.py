@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..storage import atomic_write_text
+from ..version import __version__
 from .tokens import Counter, Unbuildable, trim_heap
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,11 @@ class TokenCounters:
     """Counters by model for one server; thread-safe."""
 
     def __init__(self, build: Callable[[str], Counter], key: Callable[[str], str | None],
-                 cache_dir: Path | None = None):
+                 cache_dir: Path | None = None, current: Callable[[str], str | None] = lambda model: None):
         self._build = build            # model -> Counter, raises Unbuildable (or a ModelError)
         self._key = key                # model -> its digest (None: not known; nothing on disk)
+        self._current = current        # model -> its digest as last listed, asking nothing (None: unknown)
+        self._digests: dict[str, str | None] = {}   # model -> the digest its counter or refusal is for
         self.cache_dir = cache_dir
         self._memory: OrderedDict[str, Counter] = OrderedDict()
         self._refused: dict[str, str] = {}     # model -> why it is estimated
@@ -67,6 +70,7 @@ class TokenCounters:
         again at once); a number, at most that many seconds (then None while it goes on).  A build
         that failed (the server down) is tried again after ``RETRY_AFTER_S``, not on every page."""
         with self._lock:
+            self._check_digest(model)
             counter = self._memory.get(model)
             if counter is not None:
                 self._memory.move_to_end(model)
@@ -89,6 +93,7 @@ class TokenCounters:
     def state(self, model: str) -> tuple[str, str]:
         """("exact", what) | ("building", "") | ("estimated", why) | ("unknown", "") for messages."""
         with self._lock:
+            self._check_digest(model)
             if model in self._memory:
                 return "exact", self._memory[model].name
             if model in self._refused:
@@ -100,20 +105,38 @@ class TokenCounters:
     def forget(self, model: str) -> None:
         """Drop what is known of a model (it was pulled again: a new digest)."""
         with self._lock:
-            self._memory.pop(model, None)
-            self._refused.pop(model, None)
+            self._forget(model)
+
+    def _forget(self, model: str) -> None:
+        self._memory.pop(model, None)
+        self._refused.pop(model, None)
+        self._digests.pop(model, None)
+        self._failed.pop(model, None)
+
+    def _check_digest(self, model: str) -> None:
+        """A model pulled again under the same name is another vocabulary (issue 43: a counter found by
+        name said "exact" with the old one's counts): what is known of it goes when the server now lists
+        it with another digest.  (Under the lock.)"""
+        known, now = self._digests.get(model), self._current(model)
+        if known and now and known != now and model not in self._building:
+            log.info("%s was pulled again (digest %s, was %s): its token counter is built anew", model,
+                     now[:12], known[:12])
+            self._forget(model)
 
     # -- loading ---------------------------------------------------------------------------
 
     def _load(self, model: str) -> None:
         """From disk by digest, else built from the server (and saved); never raises."""
+        key = None
         try:
-            counter, refused = self._load_or_build(model)
+            key = self._key(model)
+            counter, refused = self._load_or_build(model, key)
         except Exception as exc:       # a server error: nothing kept, the next ask tries again
             log.log(logging.INFO if self._closed else logging.WARNING, "no token counter for %s yet: %s", model, exc)
             counter, refused = None, None
         with self._lock:
             self._building.pop(model, None)
+            self._digests[model] = key
             if counter is None and refused is None:
                 self._failed[model] = time.monotonic()
             if counter is not None:
@@ -124,25 +147,25 @@ class TokenCounters:
             elif refused is not None:
                 self._refused[model] = refused
 
-    def _load_or_build(self, model: str) -> tuple[Counter | None, str | None]:
-        key = self._key(model)
+    def _load_or_build(self, model: str, key: str | None) -> tuple[Counter | None, str | None]:
         path = self._path(key)
         if path is not None:
             counter = self._cached(path)
             if counter is not None:
                 return counter, None
-            refused = path.with_suffix(".none")
-            if refused.exists():
-                return None, refused.read_text(encoding="utf-8").strip()
+            refused = self._refusal(path.with_suffix(".none"))
+            if refused is not None:
+                return None, refused
         try:
             counter = self._build(model)
         except Unbuildable as exc:
             log.info("token counts for %s are estimated: %s", model, exc)
             if path is not None:
-                self._save(path.with_suffix(".none"), str(exc))
+                self._save(path.with_suffix(".none"), f"{what_counts()}\n{exc}")
             return None, str(exc)
         if path is not None and hasattr(counter, "release"):
             self._save(path, counter.dumps())
+            path.with_suffix(".none").unlink(missing_ok=True)      # an earlier app's "cannot", now counted
         _release(counter)
         log.info("exact token counter for %s ready (%s)", model, counter.name)
         return counter, None
@@ -155,11 +178,24 @@ class TokenCounters:
             counter = Counter.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:     # (not UTF-8, not JSON, Unbuildable: all ValueErrors)
-            log.warning("the kept vocabulary %s cannot be read (%s): fetching it again", path, exc)
+        except Exception as exc:     # not UTF-8, not JSON, or JSON of the wrong shape (issue 43: a KeyError
+            #                          there escaped, so the file was never rebuilt): built again, replaced
+            log.warning("the kept vocabulary %s cannot be read (%s: %s): fetching it again", path,
+                        type(exc).__name__, exc)
             return None
         _release(counter)
         return counter
+
+    @staticmethod
+    def _refusal(path: Path) -> str | None:
+        """Why the model at ``path`` cannot be counted, as this version of the app found it; None when
+        there is no such note, or an app that counted other tokenizers wrote it (issue 43: it was kept
+        for ever, though an upgrade may count the model now)."""
+        try:
+            version, _, why = path.read_text(encoding="utf-8").partition("\n")
+        except (OSError, ValueError):
+            return None
+        return why.strip() if version.strip() == what_counts() and why.strip() else None
 
     def _path(self, key: str | None) -> Path | None:
         if not key or self.cache_dir is None:
@@ -173,6 +209,15 @@ class TokenCounters:
             atomic_write_text(path, text)
         except OSError as exc:          # a full SD card costs the cache, not the counter
             log.warning("could not keep the tokenizer at %s: %s", path, exc)
+
+
+def what_counts() -> str:
+    """What this app counts exactly, in one line for a refusal's note: its version and the tokenizers it
+    reproduces (``tokens.VERIFIED_PRE``); a note written under another line is not trusted."""
+    import hashlib
+
+    from .tokens import VERIFIED_PRE
+    return f"{__version__}+{hashlib.sha256(' '.join(sorted(VERIFIED_PRE)).encode()).hexdigest()[:12]}"
 
 
 def _release(counter) -> None:

@@ -80,6 +80,9 @@ class OllamaServer(HttpServer):
             digests = getattr(self, "_digests", {})
         return digests.get(model) or None
 
+    def known_digest(self, model: str) -> str | None:
+        return getattr(self, "_digests", {}).get(model) or None
+
     def _build_counter(self, model: str):
         """The vocabulary from ``/api/show`` with ``verbose`` (without it the long arrays are empty),
         built into an exact counter (``tokens``); raises ``Unbuildable`` with the reason."""
