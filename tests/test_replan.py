@@ -136,11 +136,44 @@ def _sizing(max_chunks=20):
     return SimpleNamespace(config=SimpleNamespace(chunking=SimpleNamespace(max_chunks=max_chunks)))
 
 
+def no_room_to_grow(monkeypatch, room: int = 600):
+    """The window leaves a map call ``room`` tokens for its chunk, the plan's size: a denser file cannot be
+    read in the card's count of larger chunks, so its re-plan needs more chunks."""
+    monkeypatch.setattr(plan, "effective_context", lambda *a: 1000 + room)
+    monkeypatch.setattr(plan, "map_fixed_tokens", lambda *a: 1000)
+
+
+def test_a_denser_file_with_room_in_the_window_keeps_the_cards_count(monkeypatch):
+    """Issue 43 item 4: the card said 7, the file measured denser (estimated plan, no tokenizer): each chunk
+    keeps the bytes the card planned (more tokens, still within the window), so the run makes the card's
+    calls and does not stop to ask for one more."""
+    from types import SimpleNamespace
+    from app.analysis.job import ChunkResult
+    monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    no_room_to_grow(monkeypatch, room=4000)
+    doc = chunking.make_document(big_markdown(), "markdown",
+                                 chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
+    chunks = chunking.chunk_document(doc)
+    card = len(chunks)
+    job = _job(doc, chunks, measured_bpt=2.5, selected=card, agreed=card, scope="all",
+               results={i: ChunkResult(i, "ok") for i in range(2)})
+    changes = plan.replan(_sizing(max_chunks=card), job, doc, chunks[:2])
+    assert changes is not None and changes["chunks"] <= card and changes["selected"] == changes["chunks"]
+    assert "denser than planned" not in (changes["message"] or "")
+    assert changes["replans"][-1][3] > 600                      # larger chunks in tokens: the same bytes each
+    no_room_to_grow(monkeypatch)                                # the same file where the window has no room:
+    tight = plan.replan(_sizing(max_chunks=card), _job(doc, chunks, measured_bpt=2.5, selected=card, agreed=card,
+                                                       scope="all", results={i: ChunkResult(i, "ok") for i in range(2)}),
+                        doc, chunks[:2])
+    assert tight["chunks"] > card and "denser than planned" in tight["message"]     # more calls, and it asks
+
+
 def test_a_resume_retrying_an_earlier_chunk_never_re_plans_over_finished_ones(monkeypatch):
     """(Found in review.) Chunk 4 failed, 5-10 are done; its retry measures a denser figure."""
     from types import SimpleNamespace
     from app.analysis.job import ChunkResult
     monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    no_room_to_grow(monkeypatch)
     doc = chunking.make_document(big_markdown(), "markdown",
                                  chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
     chunks = chunking.chunk_document(doc)
@@ -155,6 +188,7 @@ def test_a_re_plan_never_runs_more_chunks_than_the_user_agreed_to(monkeypatch):
     from types import SimpleNamespace
     from app.analysis.job import ChunkResult
     monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    no_room_to_grow(monkeypatch)
     doc = chunking.make_document(big_markdown(), "markdown",
                                  chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
     chunks = chunking.chunk_document(doc)
@@ -201,10 +235,12 @@ def test_a_re_plan_runs_up_to_the_count_the_card_said_then_asks(monkeypatch):
     lighter = plan.replan(_sizing(max_chunks=5), job, doc, chunks[:2])
     assert lighter["chunks"] < card and lighter["selected"] == lighter["chunks"]
     job.replans, job.chunks, job.selected = lighter["replans"], lighter["chunks"], lighter["selected"]
-    job.measured_bpt = 3.7                   # denser again, within what the card said
+    job.measured_bpt = 3.7                   # denser again, within what the card said, where the window
+    no_room_to_grow(monkeypatch)             # has no room for larger chunks: more chunks, up to the card's
     again = plan.replan(_sizing(max_chunks=5), job, doc, plan.job_chunks(_sizing(), job, doc)[:2])
     assert lighter["chunks"] < again["chunks"] <= card and again["selected"] == again["chunks"]
-    job.measured_bpt = 1.5                   # far denser: more than the card said
+    job.measured_bpt = 1.5                   # far denser: more than the card said, where the window has no room
+    no_room_to_grow(monkeypatch)
     denser = plan.replan(_sizing(max_chunks=500), _job(doc, chunks, measured_bpt=1.5, selected=card, agreed=card,
                                                     scope="all", results=dict(done)), doc, chunks[:2])
     assert denser["chunks"] > card and denser["selected"] == card and "denser than planned" in denser["message"]

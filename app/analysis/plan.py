@@ -305,6 +305,12 @@ def replan(sizing: Sizing, job: Job, doc: chunking.Document, done: list[chunking
         effective = effective_context(sizing, job.model, job.window)
         room = effective - map_fixed_tokens(sizing, job.task, job.bytes_per_token, effective)
         size = max(64, min(size, math.floor(room * job.bytes_per_token / bpt)))
+    elif bpt < job.map_bpt:            # denser: the same bytes a chunk as planned, so the same calls as the card,
+        #                                as long as a chunk of them still fits the window at the measured figure
+        #                                (issue 43: 7 chunks on the card became 8 where each would have fitted)
+        effective = effective_context(sizing, job.model, job.window)
+        room = effective - map_fixed_tokens(sizing, job.task, bpt, effective)
+        size = max(64, min(size if room < size else math.floor(room), math.ceil(size * job.map_bpt / bpt)))
     at, offset = len(done), done[-1].end
     rest = chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
     chunks = at + len(rest)

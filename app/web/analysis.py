@@ -268,8 +268,18 @@ def _card_context() -> dict:
             "job_log_id": lambda job: runner.log_for(job).last_id, "past_instructions": past_instructions,
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
             "retrieval_offer": retrieval_offer, "computed": computed, "question_kind": question_kind,
-            "waits_for": waits_for, "writing": runner.writing, "markdown": markdown,
+            "waits_for": waits_for, "writing": runner.writing, "markdown": markdown, "estimated_why": estimated_why,
             "list_target": lambda text: answers.list_target(without_directive(text or ""))}
+
+
+def estimated_why(model: str) -> str:
+    """Why the card's sizes are estimates, not the model's own count (issue 43): the counter's reason."""
+    state, why = services().models.counter_state(model)
+    if state == "estimated" and why:
+        return f"the model's tokens cannot be counted here ({why}); sizes are from the measured bytes per token"
+    if state == "building":
+        return "the model's tokenizer is still loading; sizes are from the measured bytes per token"
+    return "the model server gives no tokenizer; sizes are from the measured bytes per token"
 
 
 def waits_for(job: Job) -> dict | None:
