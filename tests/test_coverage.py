@@ -50,9 +50,10 @@ def dense_config(tmp_path, url: str, max_chunks: int | None = None):
     return dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, **changes))
 
 
-def planned_chunks(tmp_path, scripted, make_live) -> int:
-    """How many chunks the plan makes of big.md (before any call measured it)."""
-    config = dense_config(tmp_path / "probe", scripted.url)
+def planned_chunks(tmp_path, scripted, make_live, window_sized: bool = True) -> int:
+    """How many chunks the plan makes of big.md (before any call measured it); ``window_sized``: in
+    ``dense_config``, else in the default config."""
+    config = (dense_config if window_sized else make_config)(tmp_path / "probe", scripted.url)
     Path(config.workspace).mkdir(parents=True)
     (Path(config.workspace) / "big.md").write_text(big_markdown())
     probe = make_live(config)
@@ -63,19 +64,24 @@ def planned_chunks(tmp_path, scripted, make_live) -> int:
     return chunks
 
 
+def big_md_card(make_live, config):
+    """The app with big.md in its workspace and the card of "Summarize big.md" in a new session:
+    (live, session, job)."""
+    Path(config.workspace).mkdir(parents=True, exist_ok=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    return live, name, live.services.jobs.open_for(name)
+
+
 @pytest.fixture
 def dense(tmp_path, scripted, make_live):
     """big.md with max_chunks at the plan's count: the user agrees to the whole file, then the
     re-plan after chunk 1 needs more chunks than that."""
     scripted.script = dense_script
     limit = planned_chunks(tmp_path, scripted, make_live)
-    config = dense_config(tmp_path, scripted.url, max_chunks=limit)
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
-    name = live.open_session()
-    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
-    job = live.services.jobs.open_for(name)
+    live, name, job = big_md_card(make_live, dense_config(tmp_path, scripted.url, max_chunks=limit))
     assert job.chunks == limit and job.selected == limit           # the whole file, within the limit
     before = len(scripted.chats())
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."})
@@ -437,13 +443,7 @@ def test_43_3_read_the_rest_runs_the_calls_it_names_and_no_failed_chunk_again(tm
     scripted.script = dense_script
     limit = planned_chunks(tmp_path, scripted, make_live)
     scripted.script = script
-    config = dense_config(tmp_path, scripted.url, max_chunks=limit)
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
-    name = live.open_session()
-    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
-    job = live.services.jobs.open_for(name)
+    live, name, job = big_md_card(make_live, dense_config(tmp_path, scripted.url, max_chunks=limit))
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."})
     wait_state(job, "confirm", "done", "failed", timeout=60)
     assert job.state == "confirm", job.message
@@ -467,12 +467,8 @@ def test_43_3_read_the_rest_runs_the_calls_it_names_and_no_failed_chunk_again(tm
 
 def test_43_4_the_card_says_why_its_sizes_are_estimated(tmp_path, scripted, make_live):
     """A model whose server gives no tokenizer: the card's size is "about", and says why (as harvey check does)."""
-    live = make_live(dense_config(tmp_path, scripted.url))
-    Path(live.config.workspace).mkdir(parents=True, exist_ok=True)
-    (Path(live.config.workspace) / "big.md").write_text(big_markdown())
+    live, name, _ = big_md_card(make_live, dense_config(tmp_path, scripted.url))
     assert live.services.models.counter("tiny:1b", wait=True) is None
-    name = live.open_session()
-    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
     size = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one(".card.alert dl.facts")
     text = " ".join(size.get_text().split())
     assert "about " in text and "estimated: the model's tokens cannot be counted here (the server gave no tokenizer" in text
@@ -484,22 +480,10 @@ def test_43_4_a_denser_file_with_room_in_the_window_runs_the_cards_calls_without
     has room for the card's chunks at their true size (1,500-token chunks in 8,192), the run re-sizes the
     rest to the same bytes each and makes the card's calls; on main it paused to ask for more."""
     scripted.script = dense_script
-    probe = make_config(tmp_path / "probe", scripted.url)
-    Path(probe.workspace).mkdir(parents=True)
-    (Path(probe.workspace) / "big.md").write_text(big_markdown())
-    first = make_live(probe)
-    name = first.open_session()
-    first.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
-    card = first.services.jobs.open_for(name).chunks
-    first.close()
+    card = planned_chunks(tmp_path, scripted, make_live, window_sized=False)
     config = make_config(tmp_path, scripted.url)
     config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=card))
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
-    name = live.open_session()
-    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
-    job = live.services.jobs.open_for(name)
+    live, name, job = big_md_card(make_live, config)
     assert job.chunks == card
     live.post(f"/s/{name}/analysis/{job.id}/start", data={"instruction": "Summarize."})
     wait_state(job, "confirm", "done", "failed", timeout=60)

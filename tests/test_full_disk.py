@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,19 +20,25 @@ from waiting import wait_for
 GATE_S = 60.0
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 4 MB tmpfs as the data folder (unmounted at the end, whatever happened)."""
-    data = tmp_path / "data"
-    data.mkdir()
+@contextmanager
+def tmpfs(folder: Path):
+    """A 4 MB tmpfs mounted at ``folder`` (made here), unmounted at the end whatever happened."""
+    folder.mkdir()
     mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(data)], capture_output=True).returncode == 0
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True).returncode == 0
     require(mounted, "mounting a tmpfs needs root (a full disk is tested on a real small filesystem)")
     try:
-        yield data
+        yield folder
     finally:
-        if subprocess.run(["umount", str(data)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(data)], capture_output=True)
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs as the data folder."""
+    with tmpfs(tmp_path / "data") as data:
+        yield data
 
 
 def fill(folder: Path) -> Path:
@@ -142,17 +149,9 @@ def test_an_sd_card_remounted_read_only_gives_the_session_back(held, scripted):
 
 @pytest.fixture
 def small_sessions(tmp_path):
-    """A 4 MB tmpfs as the sessions folder itself (unmounted at the end, whatever happened)."""
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(sessions)], capture_output=True).returncode == 0
-    require(mounted, "mounting a tmpfs needs root (a full disk is tested on a real small filesystem)")
-    try:
+    """A 4 MB tmpfs as the sessions folder itself."""
+    with tmpfs(tmp_path / "sessions") as sessions:
         yield sessions
-    finally:
-        if subprocess.run(["umount", str(sessions)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(sessions)], capture_output=True)
 
 
 def test_a_chat_reply_the_full_disk_cannot_take_stays_on_the_page_and_resend_saves_it(
