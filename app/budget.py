@@ -25,6 +25,7 @@ import math
 import re
 import statistics
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -216,43 +217,89 @@ def fit_history(budget: Budget, system: str, turns: list[list[dict]],
 
 # What one bytes-per-token figure is kept for.  "chat" is what chat turns send (and what a
 # caller that gives no kind learns); the others are documents read by the chunker, by
-# chunking kind, plus "foreign" for prose that is not English (denser for every tokenizer
-# we measured).
-CALIBRATION_KINDS = ("chat", "prose", "markdown", "html", "source", "foreign")
+# chunking kind, plus "foreign" for words a tokenizer trained mostly on English splits finely
+# (another language, or terse lines of few words) and "data" for text where numbers and symbols
+# outweigh words (logs, CSV, measurements).
+CALIBRATION_KINDS = ("chat", "prose", "markdown", "html", "source", "foreign", "data")
 # Until a kind has its own samples, its figure is the model's chat figure (or the default)
 # times this factor: SmolLM2's tokenizer on real texts of each kind, median bytes per token
 # relative to English prose (bench/bench_token_kinds.py: prose 4.57, Markdown 3.13, HTML
-# text 3.08, source 3.81, non-English 2.30), rounded down.  Llama 3 / Qwen3 tokenizers are
-# less extreme, so these err on the side of more, smaller chunks.
+# text 3.08, source 3.81, non-English 2.30; bench/bench_text_kinds.py: logs and CSV 0.24 to
+# 0.43 of English), rounded down.  Gemma 3's and Llama 3's larger vocabularies are less
+# extreme, so these err on the side of more, smaller chunks.
 KIND_FACTORS = {"chat": 1.0, "prose": 1.0, "markdown": 0.68, "html": 0.66, "source": 0.80,
-                "foreign": 0.50}
+                "foreign": 0.50, "data": 0.30}
+# What each kind is called where the card says how a file was sized.
+KIND_WORDS = {"chat": "chat", "prose": "English prose", "markdown": "Markdown", "html": "web page text",
+              "source": "source code", "foreign": "text in another language or of few words",
+              "data": "numbers and symbols (a log, a table)"}
 _ENGLISH = frozenset("the of and to a in is that for it as with was on be by are this or "
                      "from at an not which have".split())
+# The commonest small words of other languages (those that are also English words left out):
+# German, French, Spanish, Italian, Portuguese, Dutch, Polish, Swedish, Danish and Norwegian,
+# Finnish, Czech, Turkish, Romanian, Indonesian, Vietnamese, Hungarian and Latin.
+_OTHER = frozenset("""
+    der die das und ist nicht mit sich auf für ein eine den dem des von zu im auch es sie wir
+    le la les et est des une du que qui pour dans sur pas avec ce il elle nous vous au aux
+    el los las y es del por para con una se lo su al más como pero
+    di che è e della gli sono non nel alla delle anche
+    o os da não uma com em dos das é ao uma
+    het een en van niet op dat voor zijn ook bij naar wordt
+    w nie się na z że jest jak po dla oraz jako
+    och att det som är på med av inte till ett har om
+    og er til ikke af jeg
+    ja ei että kun tai mutta myös
+    je že ale jako pro
+    ve bir bu için ile olarak
+    și în cu nu un este pe mai
+    dan yang di ini itu dengan untuk tidak dari ke akan pada dalam
+    và của là có không những được cho
+    az és hogy nem egy meg vagy csak
+    et non ut cum sed quod sunt
+""".split())
 
 
 def calibration_kind(kind: str, text: str) -> str:
     """The calibration kind for a document of chunking ``kind`` ("prose", "markdown", "html",
-    "source"; "html" text is the loader's text) whose text starts with ``text``.
+    "source"; "html" text is the loader's text) whose text starts with ``text``: a guess, the
+    only one the token estimate makes, measured on a labelled corpus (tests/test_text_kinds.py).
 
-    Prose and Markdown whose words are not English (few of the commonest English words, or
-    mostly non-ASCII letters) count as "foreign".  Looks at the first 20,000 characters.
+    Where numbers and symbols outweigh words it is "data".  Prose and Markdown mostly in
+    non-ASCII letters, or with more of another language's small words than of English's, are
+    "foreign"; so is text of few words and no small words in any language that has a share of
+    numbers or symbols (a word list, a configuration).  An English list of plain words (titles,
+    keywords) keeps its kind: its words are the tokenizer's own.  Looks at the first 20,000
+    characters.
     """
     if kind not in CALIBRATION_KINDS:
         kind = "prose"
     if kind in ("source", "chat"):
         return kind
     sample = text[:20000]
-    letters = [ch for ch in sample if ch.isalpha()]
+    marks = [ch for ch in sample if not ch.isspace()]
+    if not marks:
+        return kind
+    # a letter with its combining signs (Devanagari's vowel signs are marks, not letters)
+    letters = [ch for ch in marks if ch.isalpha() or unicodedata.category(ch).startswith("M")]
+    digits = sum(1 for ch in marks if ch.isdigit()) / len(marks)
+    symbols = 1 - digits - len(letters) / len(marks)
+    if len(marks) >= 200 and (digits >= 0.12 or digits + symbols >= 0.30):
+        return "data"
     if not letters:
         return kind
     non_ascii = sum(1 for ch in letters if ord(ch) > 127) / len(letters)
     if len(letters) >= 200 and non_ascii > 0.3:
         return "foreign"          # (Japanese or Chinese has no spaces: judged by its letters, not its words)
-    words = sample.lower().split()
+    words = [w.strip(".,;:!?()[]*_`'\"«»¿¡") for w in sample.lower().split()]
     if len(words) < 50:
         return kind
-    english = sum(1 for w in words if w.strip(".,;:()*_`'\"") in _ENGLISH) / len(words)
-    return "foreign" if non_ascii > 0.3 or english < 0.06 else kind
+    english = sum(1 for w in words if w in _ENGLISH) / len(words)
+    other = sum(1 for w in words if w in _OTHER) / len(words)
+    if english >= 0.06 and english >= other:
+        return kind
+    if other >= 0.04 or digits + symbols >= 0.10:
+        return "foreign"
+    return kind
 
 
 class Calibration:

@@ -472,6 +472,7 @@ def test_43_4_the_card_says_why_its_sizes_are_estimated(tmp_path, scripted, make
     size = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one(".card.alert dl.facts")
     text = " ".join(size.get_text().split())
     assert "about " in text and "estimated: the model's tokens cannot be counted here (the server gave no tokenizer" in text
+    assert re.search(r"sized as Markdown at \d\.\d bytes a token", text), text     # the kind it was taken for
 
 
 def test_43_4_a_denser_file_with_room_in_the_window_runs_the_cards_calls_without_asking(tmp_path, scripted,

@@ -16,6 +16,7 @@ import time
 from flask import Blueprint, Response, abort, flash, redirect, render_template, request, stream_with_context, url_for
 
 from .. import chunking
+from ..budget import KIND_WORDS
 from ..errors import Busy, HarveyError
 from ..render import markdown
 from ..retrieval import embedding
@@ -272,14 +273,21 @@ def _card_context() -> dict:
             "list_target": lambda text: answers.list_target(without_directive(text or ""))}
 
 
-def estimated_why(model: str) -> str:
-    """Why the card's sizes are estimates, not the model's own count (issue 43): the counter's reason."""
+def estimated_why(model: str, text_kind: str = "", bytes_per_token: float = 0.0) -> str:
+    """Why the card's sizes are estimates, not the model's own count (issue 43): the counter's reason,
+    and the kind of text the file was taken for with the figure that gives (``budget.calibration_kind``:
+    the estimate's one guess, shown so a wrong one is seen)."""
     state, why = services().models.counter_state(model)
     if state == "estimated" and why:
-        return f"the model's tokens cannot be counted here ({why}); sizes are from the measured bytes per token"
-    if state == "building":
-        return "the model's tokenizer is still loading; sizes are from the measured bytes per token"
-    return "the model server gives no tokenizer; sizes are from the measured bytes per token"
+        reason = f"the model's tokens cannot be counted here ({why})"
+    elif state == "building":
+        reason = "the model's tokenizer is still loading"
+    else:
+        reason = "the model server gives no tokenizer"
+    words = KIND_WORDS.get(text_kind)
+    if words and bytes_per_token:
+        return f"{reason}; sized as {words} at {bytes_per_token:.1f} bytes a token"
+    return f"{reason}; sizes are from the measured bytes per token"
 
 
 def waits_for(job: Job) -> dict | None:
