@@ -48,8 +48,37 @@ GEMMA3_270M = {"general.architecture": "gemma3", "gemma3.block_count": 18, "gemm
                "gemma3.attention.head_count_kv": 1, "gemma3.attention.key_length": 256,
                "gemma3.attention.value_length": 256, "gemma3.attention.sliding_window": 512}
 GEMMA3_270M_WEIGHTS = 253_113_024
+# Issue 43 item 6: the models people pull now.
+# gpt-oss 20B: openai/gpt-oss-20b's config.json (num_hidden_layers 24, num_attention_heads 64,
+# num_key_value_heads 8, head_dim 64, sliding_window 128, layer_types sliding and full in turn,
+# 131,072 tokens), under the architecture name Ollama's own files carry ("gptoss"; llama.cpp's is
+# "gpt-oss"); llama.cpp sets set_swa_pattern(2). Weights: 13.8 GB as ollama.com lists gpt-oss:20b.
+GPTOSS_20B = {"general.architecture": "gptoss", "gptoss.block_count": 24, "gptoss.context_length": 131072,
+              "gptoss.embedding_length": 2880, "gptoss.attention.head_count": 64, "gptoss.attention.head_count_kv": 8,
+              "gptoss.attention.key_length": 64, "gptoss.attention.value_length": 64,
+              "gptoss.attention.sliding_window": 128}
+GPTOSS_20B_WEIGHTS = 13_793_000_000
+# LFM2 1.2B: LiquidAI/LFM2-1.2B's config.json (16 layers, attention at 2, 5, 8, 10, 12, 14, the rest short
+# convolutions with conv_L_cache 3; 32 heads, 8 KV heads, hidden_size 2048, 128,000 tokens); its GGUF gives
+# head_count_kv one per layer, 0 for a convolution layer, a list Ollama empties without verbose.
+LFM2_KV = [0, 0, 8, 0, 0, 8, 0, 0, 8, 0, 8, 0, 8, 0, 8, 0]
+LFM2_1B = {"general.architecture": "lfm2", "lfm2.block_count": 16, "lfm2.context_length": 128000,
+           "lfm2.embedding_length": 2048, "lfm2.attention.head_count": 32, "lfm2.attention.head_count_kv": LFM2_KV,
+           "lfm2.shortconv.l_cache": 3}
+LFM2_1B_WEIGHTS = 730_000_000
+# Qwen3-Next 80B A3B: Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (48 layers, full_attention_interval 4,
+# 16 heads, 2 KV heads, head_dim 256, linear_conv_kernel_dim 4, 16 linear key heads and 32 value heads of
+# 128: the GGUF's ssm.inner_size 4,096, ssm.state_size 128, ssm.group_count 16; 262,144 tokens).
+QWEN3_NEXT = {"general.architecture": "qwen3next", "qwen3next.block_count": 48, "qwen3next.context_length": 262144,
+              "qwen3next.embedding_length": 2048, "qwen3next.attention.head_count": 16,
+              "qwen3next.attention.head_count_kv": 2, "qwen3next.attention.key_length": 256,
+              "qwen3next.attention.value_length": 256, "qwen3next.full_attention_interval": 4,
+              "qwen3next.ssm.conv_kernel": 4, "qwen3next.ssm.inner_size": 4096, "qwen3next.ssm.state_size": 128,
+              "qwen3next.ssm.group_count": 16, "qwen3next.ssm.time_step_rank": 32}
+QWEN3_NEXT_WEIGHTS = 50_000_000_000
 REAL = {"llama3.1:8b": (LLAMA31_8B, LLAMA31_8B_WEIGHTS), "qwen2.5:3b": (QWEN25_3B, QWEN25_3B_WEIGHTS),
-        "gemma3:270m": (GEMMA3_270M, GEMMA3_270M_WEIGHTS)}
+        "gemma3:270m": (GEMMA3_270M, GEMMA3_270M_WEIGHTS), "gpt-oss:20b": (GPTOSS_20B, GPTOSS_20B_WEIGHTS),
+        "lfm2:1.2b": (LFM2_1B, LFM2_1B_WEIGHTS), "qwen3-next:80b": (QWEN3_NEXT, QWEN3_NEXT_WEIGHTS)}
 KiB = 1024
 
 
@@ -99,6 +128,35 @@ def test_gemma_3_270m_pays_the_whole_window_only_in_its_global_layers():
     assert gemma.cache_bytes(8192, 1) == 40_894_464
     # counted as 18 global layers it would be 18,432 x 8,192 = 150,994,944: 3.7 times more
     assert gemma.cache_bytes(8192, 1) * 3 < 18 * 1024 * 8192
+
+
+def test_gpt_oss_keeps_the_whole_window_only_in_every_other_layer():
+    gpt = shape(GPTOSS_20B)
+    # 12 global layers x 8 KV heads x (64 + 64) values x 2 bytes = 24 KiB a token (24 layers: 48 KiB)
+    assert gpt.global_bytes_per_token() == 24 * KiB
+    # the 12 sliding ones: 24 KiB a cell, 128 + 512 cells padded to 768, whatever the window
+    assert gpt.sliding_bytes_per_token() == 24 * KiB and gpt.sliding_cells(131072) == 768
+
+
+def test_a_hybrid_keeps_a_cache_only_in_its_attention_layers_and_a_fixed_state_in_the_rest():
+    lfm = shape(LFM2_1B)
+    # 6 attention layers x 8 x (64 + 64) x 2 = 12 KiB a token (all 16 at 32 heads, as main counted: 128 KiB)
+    assert lfm.global_bytes_per_token() == 12 * KiB
+    # 10 convolution layers x 2,048 x (3 - 1) f32 values = 160 KiB a slot
+    assert lfm.recurrent_bytes() == 160 * KiB and lfm.cache_bytes(1000, slots=2) == 2 * (12 * KiB * 1000 + 160 * KiB)
+    qwen = shape(QWEN3_NEXT)
+    # 12 attention layers (4, 8, ... 48) x 2 x (256 + 256) x 2 = 24 KiB a token (all 48: 96 KiB)
+    assert qwen.global_bytes_per_token() == 24 * KiB
+    # 36 gated-delta layers x ((4 - 1) x (4,096 + 2 x 16 x 128) + 128 x 4,096) x 4 bytes = 79,036,416
+    assert qwen.recurrent_bytes() == 79_036_416
+
+
+@pytest.mark.parametrize("key, value", [("block_count", 10 ** 9), ("attention.head_count_kv", 10 ** 7),
+                                        ("attention.key_length", 10 ** 6)])
+def test_a_server_describing_a_model_past_any_real_one_gives_no_cap(key, value):
+    """Not believed, and not computed: a tuple of a billion layers would take the app's own memory."""
+    info = dict(LLAMA31_8B, **{f"llama.{key}": value})
+    assert _kv_shape("llama", info) is None
 
 
 def test_the_largest_window_that_fits_an_8_gb_machine():
@@ -316,6 +374,48 @@ def test_gemma_with_sliding_layers_keeps_a_long_window_on_a_small_machine(tmp_pa
     # 4 x (3,072 w + 15,360 x 1,024) <= 283,757,888 -> w <= 17,972 -> 17,920
     # (every layer global, 4 x 18,432 w, would allow 3,840)
     assert scripted.chats()[0].num_ctx == 17920
+
+
+def test_gpt_oss_on_a_16_gb_pi_gets_twice_the_window_all_global_layers_would_allow(tmp_path, scripted,
+                                                                                   make_live, no_ollama_env):
+    live = live_with(tmp_path, scripted, make_live, "gpt-oss:20b", "16G", 1, **{"gpt-oss:20b": 131072})
+    name = live.open_session()
+    chat(live, name, "hello")
+    # usable 16 GiB - 15 % = 14,602,888,807; - 13,793,000,000 = 809,888,807 for one slot:
+    # 24,576 w + 24,576 x 768 <= 809,888,807 -> w <= 32,186 -> 32,000
+    # (every layer global, 49,152 w, would allow 16,384)
+    assert scripted.chats()[0].num_ctx == 32000
+
+
+def test_a_hybrid_whose_layers_ollama_empties_is_sized_from_its_verbose_facts(tmp_path, scripted, make_live,
+                                                                              no_ollama_env):
+    live = live_with(tmp_path, scripted, make_live, "lfm2:1.2b", "2G", 1, **{"lfm2:1.2b": 32768})
+    name = live.open_session()
+    chat(live, name, "hello")
+    # usable 2 GiB - 1 GiB = 1,073,741,824; - 730,000,000 = 343,741,824; - 163,840 (the convolutions' state)
+    # = 343,577,984 / 12,288 = 27,960 -> 27,904 (the 16 layers at 32 heads each, as main sized them: 2,560)
+    assert scripted.chats()[0].num_ctx == 27904
+    assert scripted.verbose_shows >= 1            # the per-layer list Ollama empties, asked for in full
+
+
+def test_a_hybrid_with_recurrent_layers_on_a_server_of_64_gb(tmp_path, scripted, make_live, no_ollama_env):
+    live = live_with(tmp_path, scripted, make_live, "qwen3-next:80b", "64G", 4, **{"qwen3-next:80b": 131072})
+    name = live.open_session()
+    chat(live, name, "hello")
+    # usable 64 GiB - 15 % = 58,411,555,226; - 50,000,000,000 = 8,411,555,226 for 4 slots:
+    # 4 x (24,576 w + 79,036,416) <= 8,411,555,226 -> w <= 82,350 -> 82,176
+    # (48 attention layers, 98,304 w a slot, would allow 21,248)
+    assert scripted.chats()[0].num_ctx == 82176
+
+
+def test_a_server_reporting_a_billion_layers_gets_no_memory_cap_and_a_reply(tmp_path, scripted, make_live,
+                                                                            no_ollama_env, caplog):
+    live = live_with(tmp_path, scripted, make_live, "llama3.1:8b", "8G", 1)
+    scripted.model_info["llama3.1:8b"] = dict(LLAMA31_8B, **{"llama.block_count": 10 ** 9})
+    name = live.open_session()
+    chat(live, name, "hello")
+    assert scripted.chats()[0].num_ctx == 8192                     # the default window, no cap from nonsense
+    assert "past any model" in caplog.text
 
 
 def test_a_remote_server_of_unknown_memory_gets_no_cap(tmp_path, scripted, make_live, no_ollama_env):

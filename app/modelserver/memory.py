@@ -15,7 +15,15 @@ Sizes follow llama.cpp (src/llama-kv-cache.cpp, llama-kv-cache-iswa.cpp), which 
 - a *sliding-window* layer (Gemma 2/3, Cohere 2) keeps only the last ``sliding_window`` tokens plus
   one micro-batch (512), padded to 256 cells, per slot; only the global layers grow with the
   window. Which layers slide is llama.cpp's ``set_swa_pattern(n)``: layer ``i`` slides unless
-  ``i % n == n - 1`` (Gemma 3: n = 6, so 5 local layers to 1 global).
+  ``i % n == n - 1`` (Gemma 3: n = 6, so 5 local layers to 1 global; gpt-oss: n = 2, every other
+  layer keeps a 128-token window);
+- a *recurrent* layer of a hybrid model (LFM2, Granite 4 H, Jamba, PLaMo 2: a layer whose KV head
+  count is 0; Qwen3-Next and Qwen3.5: every layer but each ``full_attention_interval``-th) keeps no
+  KV cache at all, only a fixed state per slot (llama-memory-recurrent.cpp: ``n_embd_r + n_embd_s``
+  f32 values a layer), whatever the window.
+
+A server that describes more layers, heads or values per head than any model has
+(``MAX_LAYERS``, ``MAX_HEADS``, ``MAX_HEAD_LENGTH``) is not believed: no cap from it.
 
 The margin: ``reserve`` bytes of the machine are never counted as room for the model: the
 larger of 1 GiB (the OS, Harvey itself, Ollama's own process, page cache for the SD card) and
@@ -40,7 +48,17 @@ CACHE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 
                "q4_1": 20 / 32, "q4_0": 18 / 32, "iq4_nl": 18 / 32}
 # llama.cpp's set_swa_pattern(n) per architecture that has sliding-window layers (llama-model.cpp).
 # Another architecture with a sliding window counts every layer as global: more memory, never less.
-SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4}
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "cohere2": 4,
+                "gpt-oss": 2, "gptoss": 2}      # (llama.cpp names gpt-oss "gpt-oss"; Ollama's own files "gptoss")
+# Hybrid models whose attention layers are every ``full_attention_interval``-th (default 4), the
+# rest recurrent (llama.cpp's Qwen3-Next and Qwen3.5 loaders).
+INTERVAL_HYBRIDS = frozenset({"qwen3next", "qwen35", "qwen35moe"})
+RECURRENT_VALUE_BYTES = 4   # a recurrent state is kept in f32 (llama.cpp's default for r and s)
+# Past any model published (the deepest have about 160 layers, 128 KV heads, 576 values a head):
+# larger figures are a broken or hostile server, and would make the arithmetic itself unbounded.
+MAX_LAYERS = 1024
+MAX_HEADS = 4096
+MAX_HEAD_LENGTH = 8192
 UBATCH = 512            # llama.cpp's n_ubatch: a sliding layer keeps its window plus one micro-batch
 SWA_PAD = 256           # ... padded to 256 cells (llama-kv-cache-iswa.cpp)
 WINDOW_STEP = 256       # a cap is a whole multiple: Ollama reloads the model whenever num_ctx changes
@@ -60,6 +78,7 @@ class KvShape:
     value_length: int
     sliding_window: int = 0              # tokens a sliding layer keeps (0: no sliding layers)
     sliding: tuple[bool, ...] = ()       # one per layer: True = sliding (empty: none slide)
+    recurrent_values: int = 0            # f32 values one slot's recurrent layers keep, whatever the window
 
     @property
     def layers(self) -> int:
@@ -90,7 +109,12 @@ class KvShape:
         """The KV cache of a ``window``-token window for ``slots`` slots, in bytes."""
         total = self.global_bytes_per_token(cache_type) * window
         total += self.sliding_bytes_per_token(cache_type) * self.sliding_cells(window)
+        total += self.recurrent_bytes()
         return math.ceil(total * slots)
+
+    def recurrent_bytes(self) -> int:
+        """Bytes one slot's recurrent layers keep (0: no recurrent layers)."""
+        return self.recurrent_values * RECURRENT_VALUE_BYTES
 
 
 @dataclass(frozen=True)
@@ -144,6 +168,8 @@ class MemoryFit:
                + (f", {sum(shape.sliding)} sliding with a {shape.sliding_window}-token window: "
                   f"{_bytes(shape.sliding_bytes_per_token(m.cache_type))}/cell up to "
                   f"{shape.sliding_cells(MAX_WINDOW)} cells" if any(shape.sliding) and shape.sliding_window else "")
+               + (f", {sum(1 for h in shape.kv_heads if h == 0)} recurrent keeping "
+                  f"{_size(shape.recurrent_bytes())} a slot" if shape.recurrent_values else "")
                + ")",
                f"slots {m.slots} ({m.slots_source})",
                f"memory {_size(m.memory or 0)} ({m.memory_source}), reserve {_size(m.reserve)}, "

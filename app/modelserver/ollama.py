@@ -17,16 +17,18 @@ Cancel before the first byte and mid-reply: each chat has a connection of its ow
 from __future__ import annotations
 
 import json
+import logging
 from typing import Iterator
 
 import httpx
 
 from .base import ChatStream, ModelFacts, Usage
-from .errors import (ContextExceeded, FormatRefused, ModelFailed, ModelNotFound, ServerError, BadReply, Timeout,
-                     Unreachable)
-from .memory import SWA_PATTERNS, KvShape, Measured
+from .errors import (BadReply, ContextExceeded, FormatRefused, ModelError, ModelFailed, ModelNotFound, ServerError,
+                     Timeout, Unreachable)
+from .memory import INTERVAL_HYBRIDS, MAX_HEAD_LENGTH, MAX_HEADS, MAX_LAYERS, SWA_PATTERNS, KvShape, Measured
 from .transport import CallStream, HttpServer
 
+log = logging.getLogger(__name__)
 NS = 1e9
 # The key of /api/show's "details" that Harvey's bundled demo server (harvey_demo.server) sets to true:
 # the page then says the model is a stand-in. A real Ollama never sends it.
@@ -96,7 +98,20 @@ class OllamaServer(HttpServer):
         """``/api/show``: a 404 is a model that is not installed (the message says how to get it)."""
         response = self._request("POST", "/api/show", json={"model": model}, timeout=30.0)
         _raise_for(response, model=model)
-        return _facts_from_show(model, response.json())
+        data = response.json()
+        info = data.get("model_info") or {}
+        if _per_layer_emptied(info):
+            # a hybrid's KV heads per layer: asked once with verbose, the model's own keys kept (not its vocabulary)
+            try:
+                full = self._request("POST", "/api/show", json={"model": model, "verbose": True}, timeout=120.0)
+                _raise_for(full, model=model)
+                arch = info["general.architecture"]
+                info.update({k: v for k, v in (full.json().get("model_info") or {}).items()
+                             if k.startswith(f"{arch}.")})
+                data["model_info"] = info
+            except (ModelError, ValueError) as exc:
+                log.info("the layers of %s are not known in full (%s): sized at the largest", model, exc)
+        return _facts_from_show(model, data)
 
     def _fetch_sizes(self) -> dict[str, int]:
         """``/api/tags``' ``size`` of each model: its weights file, in bytes."""
@@ -207,13 +222,16 @@ def _facts_from_show(model: str, data: dict) -> ModelFacts:
 
 
 def _kv_shape(arch: str, info: dict) -> KvShape | None:
-    """The KV cache's shape from ``model_info``'s GGUF keys (None: not enough of them).
+    """The KV cache's shape from ``model_info``'s GGUF keys (None: not enough of them, or figures past
+    any real model's: ``memory.MAX_LAYERS`` and the like).
 
-    ``{arch}.block_count`` layers; ``attention.head_count_kv`` KV heads (a number, or one per layer;
-    absent: as many as ``head_count``, no grouping); ``attention.key_length`` / ``value_length``, else
-    ``embedding_length / head_count``; ``attention.sliding_window`` and the architecture's pattern of
-    sliding layers (``memory.SWA_PATTERNS``). Ollama empties arrays longer than 5 in ``/api/show``: a
-    per-layer list that arrives empty counts every layer at the largest figure known, or is unknown.
+    ``{arch}.block_count`` layers; ``attention.head_count_kv`` KV heads (a number, or one per layer,
+    0 for a recurrent layer; absent: as many as ``head_count``, no grouping); ``attention.key_length``
+    / ``value_length``, else ``embedding_length / head_count``; ``attention.sliding_window`` and the
+    architecture's pattern of sliding layers (``memory.SWA_PATTERNS``); the recurrent layers of a
+    hybrid (``memory.INTERVAL_HYBRIDS``, or a KV head count of 0) and their fixed state. Ollama empties
+    arrays longer than 5 in ``/api/show``: the facts ask again with ``verbose`` for those (``_per_layer_
+    emptied``); a per-layer list that is still empty counts every layer at the largest figure known.
     """
     def number(key: str) -> int | None:
         value = info.get(f"{arch}.{key}")
@@ -225,23 +243,57 @@ def _kv_shape(arch: str, info: dict) -> KvShape | None:
     heads = number("attention.head_count")
     if not arch or not layers:
         return None
+    if layers > MAX_LAYERS or (heads or 0) > MAX_HEADS:
+        log.warning("%s: the server describes %s layers and %s heads, past any model: no memory cap from them",
+                    arch, layers, heads)
+        return None
     raw_kv = info.get(f"{arch}.attention.head_count_kv")
-    if isinstance(raw_kv, list) and len(raw_kv) == layers and all(isinstance(v, int) for v in raw_kv):
+    if isinstance(raw_kv, list) and len(raw_kv) == layers and all(isinstance(v, int) and v >= 0 for v in raw_kv):
         kv_heads = tuple(int(v) for v in raw_kv)
     else:
         per_layer = number("attention.head_count_kv") or heads
         if not per_layer:
             return None
         kv_heads = (per_layer,) * layers
+    if arch in INTERVAL_HYBRIDS:
+        interval = number("full_attention_interval") or 4
+        kv_heads = tuple(h if (i + 1) % interval == 0 else 0 for i, h in enumerate(kv_heads))
     embedding = number("embedding_length")
     key = number("attention.key_length") or (embedding // heads if embedding and heads else None)
     value = number("attention.value_length") or key
     if not key or not value:
         return None
+    if max(kv_heads) > MAX_HEADS or max(key, value) > MAX_HEAD_LENGTH:
+        log.warning("%s: the server describes %s KV heads of %s values, past any model: no memory cap from them",
+                    arch, max(kv_heads), max(key, value))
+        return None
     window = number("attention.sliding_window") or 0
     pattern = SWA_PATTERNS.get(arch)
     sliding = tuple(i % pattern < pattern - 1 for i in range(layers)) if window and pattern else ()
-    return KvShape(kv_heads, key, value, window if sliding else 0, sliding)
+    recurrent = sum(1 for h in kv_heads if h == 0)
+    state = recurrent * _recurrent_values(number, embedding or 0) if recurrent else 0
+    return KvShape(kv_heads, key, value, window if sliding else 0, sliding, state)
+
+
+def _recurrent_values(number, embedding: int) -> int:
+    """The f32 values one recurrent layer keeps a slot, as llama.cpp's ``n_embd_r() + n_embd_s()``: a
+    short convolution's last ``l_cache - 1`` inputs (LFM2), or a state-space layer's convolution
+    state and state (Mamba 2, the gated delta net of Qwen3-Next)."""
+    l_cache = number("shortconv.l_cache")
+    if l_cache:
+        return embedding * (l_cache - 1)
+    conv, inner = number("ssm.conv_kernel") or 0, number("ssm.inner_size") or 0
+    state, groups = number("ssm.state_size") or 0, number("ssm.group_count") or 0
+    if max(conv, inner, state, groups) > 1 << 20:
+        return 0
+    return max(0, conv - 1) * (inner + 2 * groups * state) + state * inner
+
+
+def _per_layer_emptied(info: dict) -> bool:
+    """Whether Ollama emptied a per-layer list that sizes the cache (its arrays longer than 5 come
+    empty without ``verbose``): a hybrid's KV heads, one per layer."""
+    arch = info.get("general.architecture", "")
+    return bool(arch) and info.get(f"{arch}.attention.head_count_kv") == []
 
 
 def _raise_for(response: httpx.Response, model: str | None = None) -> None:
