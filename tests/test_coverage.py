@@ -146,7 +146,10 @@ def test_synthesize_what_was_read_names_the_unread_lines_in_the_answer_and_the_s
     assert spans[-1]["section"].startswith("Section ")
     first, last = spans[-1]["lines"]
     assert f"Not read: lines {first}–{last}" in turn.reply               # the answer's closing note
-    assert f"covers {limit} of the {job.chunks} chunks of big.md" in turn.reply
+    assert f"covers {limit} of the {job.chunks} chunks of `big.md`" in turn.reply
+    # the coverage names the lines read, not the whole file's (issue 45: "lines 1–6,425 … not read: 622–6425")
+    coverage = notes.read_computed(turn.analysis.computed).coverage
+    assert coverage.startswith(f"read {limit} of {job.chunks} chunks (lines 1–{first - 1:,}); "), coverage
     # honest counts in the scene and the notice: chunks of the whole file, not of the run
     assert turn.analysis.chunks == job.chunks > limit and len(turn.analysis.results) == limit
     scene = session_text(live, name)

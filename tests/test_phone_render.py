@@ -85,6 +85,9 @@ def test_tables_scroll_in_a_focusable_region():
     ("word " * 30, "word word word word word word word word word word word word…"),
     ("x" * 80, "x" * 60 + "…"),
     ("   ", ""),
+    ("Summarize _pydecimal.py for me", "Summarize _pydecimal.py for me"),      # a file's underscore stays
+    ("what is in my_notes_2024.txt?", "what is in my_notes_2024.txt?"),
+    ("this is _really_ urgent", "this is really urgent"),                    # emphasis goes
 ])
 def test_title_from_message(text, title):
     from app.sessions.names import title_from_message

@@ -96,6 +96,7 @@ def test_the_answer_is_one_request_holding_the_deep_fact_and_fitting_the_window(
     text = (live.services.store.folder / f"{name}.spmd").read_text()
     assert "The cat is called Bartholomew Quince" in text
     assert "INT. CHUNK ANALYSIS" in text
+    assert "Retrieval answer: 1 model call, " in text                        # (issue 45: "1 model calls")
     assert re.search(rf"\[\[rag: {len(job.rag)} chunks from harbour\.md, top score \d\.\d\d\]\]", text)
     assert "found by hybrid search (keywords and nomic-embed-text:latest)" in text
     # the cited passage is listed under the answer and opens with the fact in it

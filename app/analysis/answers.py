@@ -723,10 +723,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'s' if n != 1 else ''}"
 
 
-def read_coverage(read: int, chunks: int, first_line: int, last_line: int, irrelevant: int,
-                  unread: str = "") -> str:
-    """A full read's coverage: "read 41 of 41 chunks (lines 1–6,592); 3 had nothing relevant"."""
-    line = f"read {read:,} of {_plural(chunks, 'chunk')} (lines {first_line:,}–{last_line:,})"
+def read_coverage(read: int, chunks: int, lines: list, irrelevant: int, unread: str = "",
+                  max_ranges: int = 4) -> str:
+    """A read's coverage: "read 41 of 41 chunks (lines 1–6,592); 3 had nothing relevant"; a partial read
+    names the lines it read, never the whole file's (issue 45): "read 4 of 47 chunks (lines 1–621); not
+    read: lines 622–6,425".  ``lines``: the (first, last) line of each chunk read."""
+    line = f"read {read:,} of {_plural(chunks, 'chunk')} (lines {_spans(lines, max_ranges)})"
     if irrelevant:
         line += f"; {irrelevant:,} had nothing relevant"
     if unread:
@@ -734,25 +736,28 @@ def read_coverage(read: int, chunks: int, first_line: int, last_line: int, irrel
     return line
 
 
-def relevant_coverage(lines: list, chunks: int, why: str, irrelevant: int = 0, max_ranges: int = 4) -> str:
-    """A relevance-first read's coverage (issue 42): "read 4 of 59 chunks, the most relevant (lines 120–180,
-    2,300–2,410); reading stopped when they answered the question; the rest not read"."""
-    spans = sorted((int(a), int(b)) for a, b in lines)
+def _spans(lines: list, max_ranges: int) -> str:
+    """Line ranges, touching ones merged: "120–180, 2,300–2,410" (at most ``max_ranges``, then "…")."""
     merged: list[list[int]] = []
-    for a, b in spans:
+    for a, b in sorted((int(a), int(b)) for a, b in lines):
         if merged and a <= merged[-1][1] + 1:
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    shown = ", ".join(f"{a:,}–{b:,}" for a, b in merged[:max_ranges]) + (", …" if len(merged) > max_ranges else "")
-    line = f"read {len(spans):,} of {_plural(chunks, 'chunk')}, the most relevant (lines {shown})"
+    return ", ".join(f"{a:,}–{b:,}" for a, b in merged[:max_ranges]) + (", …" if len(merged) > max_ranges else "")
+
+
+def relevant_coverage(lines: list, chunks: int, why: str, irrelevant: int = 0, max_ranges: int = 4) -> str:
+    """A relevance-first read's coverage (issue 42): "read 4 of 59 chunks, the most relevant (lines 120–180,
+    2,300–2,410); reading stopped when they answered the question; the rest not read"."""
+    line = f"read {len(lines):,} of {_plural(chunks, 'chunk')}, the most relevant (lines {_spans(lines, max_ranges)})"
     if irrelevant:
         line += f"; {irrelevant:,} had nothing relevant"
     if why == "answered":
         line += "; reading stopped when they answered the question"
     elif why == "share":
         line += f"; none answered it surely, so reading stopped at the most relevant {round(SHARE * 100)} %"
-    return line + ("; the rest not read" if len(spans) < chunks else "")
+    return line + ("; the rest not read" if len(lines) < chunks else "")
 
 
 def passages_coverage(passages: list[dict], text_chars: int, max_sections: int = 4) -> str:

@@ -377,12 +377,22 @@ class Execution:
         the synthesis instruction and note that follow from them."""
         text = doc.text
         last = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        rows = text.split("\n")
+
+        def through_blanks(a: int, b: int) -> tuple[int, int]:
+            """A chunk's lines with the blank lines after it (no chunk carries them): read spans then meet."""
+            while b < len(rows) and not rows[b].strip():
+                b += 1
+            return a, b
+
+        read_lines = [through_blanks(*r.lines) for _, r in answered if r.lines]
+        whole = not job.unread and len(read_lines) == len(answered)
         changes: dict = {"coverage": answers.read_coverage(
-            job.done_count, job.file_chunks, 1, max(1, last), len(answered) - len(relevant),
-            "; ".join(notes.where(span) for span in job.unread))}
+            job.done_count, job.file_chunks, [(1, max(1, last))] if whole or not read_lines else read_lines,
+            len(answered) - len(relevant), "; ".join(notes.where(span) for span in job.unread))}
         if job.way == "relevant":
             changes["coverage"] = answers.relevant_coverage(
-                [r.lines for _, r in answered if r.lines], job.file_chunks, job.read_until, len(answered) - len(relevant))
+                read_lines, job.file_chunks, job.read_until, len(answered) - len(relevant))
         task, note = job.task, ""
         if job.list_of:
             results = [r for _, r in relevant]

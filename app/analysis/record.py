@@ -150,12 +150,12 @@ def coverage_note(job: Job) -> str:
         return ""
     if job.way == "relevant":
         return (f"\n\n_Note: this answer rests on the {job.done_count} most relevant of the {chunks} chunks of "
-                f"{job.file}; the rest was not read._")
+                f"`{job.file}`; the rest was not read._")
     why = ([f"chunk{'s' if len(failed) > 1 else ''} {ranges(failed)} had no answer"] if failed else []) + (
         [f"chunk{'s' if len(not_run) > 1 else ''} {ranges(not_run)} {'were' if len(not_run) > 1 else 'was'} "
          "not run"] if not_run else [])
     where = "; ".join(notes.where(span) for span in job.unread)
-    return (f"\n\n_Note: this answer covers {job.done_count} of the {chunks} chunks of {job.file} "
+    return (f"\n\n_Note: this answer covers {job.done_count} of the {chunks} chunks of `{job.file}` "
             f"({', '.join(why)})" + (f". Not read: {where}" if where else "") + "._")
 
 
@@ -180,7 +180,7 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
             if job.coverage:
                 turn.notes.append(notes.notice(f"Coverage: {job.coverage}."))
             turn.notes.append(notes.notice(
-                f"{'Retrieval answer' if job.way == 'retrieve' else 'Chunk analysis'}: {job.model_calls} model calls, {job.prompt_tokens:,} prompt tokens, "
+                f"{'Retrieval answer' if job.way == 'retrieve' else 'Chunk analysis'}: {job.model_calls} model call{'s' if job.model_calls != 1 else ''}, {job.prompt_tokens:,} prompt tokens, "
                 f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))
 
     store.update_turn(job.session, job.turn, add, expect=job.asked)

@@ -21,7 +21,8 @@ def title_from_message(text: str, limit: int = TITLE_CHARS) -> str:
     """A session title from its first message, with no model call: the first line that has
     words, without Markdown marks or a leading slash command, cut at a word near ``limit``."""
     for line in (text or "").splitlines():
-        line = re.sub(r"[`*_#>\[\]]+", " ", line)
+        line = re.sub(r"(?<!\w)_([^_\s](?:[^_]*[^_\s])?)_(?!\w)", r"\1", line)   # _emphasis_, not _pydecimal.py
+        line = re.sub(r"[`*#>\[\]]+", " ", line)
         line = re.sub(r"^\s*/[\w-]+\s*", "", line)              # /read-chunks file.md -> file.md
         line = re.sub(r"(?<!\S)@[\w.:/-]+", " ", line)           # @model directives
         line = " ".join(line.split())

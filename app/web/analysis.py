@@ -498,7 +498,7 @@ def _recorded_analysis(name: str, turn: int) -> fountain.ChunkAnalysis:
 def whole_read_text(chunks, calls, minutes) -> str:
     """The Self-Route offer's cost, as the card gives it: "41 chunks, 43 model calls, about 12 min"."""
     parts = [f"{chunks} chunk{'s' if chunks != 1 else ''}"] if chunks else []
-    parts += [f"{calls} model calls"] if calls else []
+    parts += [f"{calls} model call{'s' if calls != 1 else ''}"] if calls else []
     parts += [f"about {_minutes(minutes * 60)} min" if minutes else "time unknown until the model has answered once"]
     return ", ".join(parts)
 

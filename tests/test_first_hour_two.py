@@ -1,0 +1,35 @@
+"""The first hour, second round (issue 45): figures and names a new user sees."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bs4 import BeautifulSoup
+
+from app.analysis import record
+from app.analysis.job import Job
+from app.render import markdown
+from conftest import make_config
+from test_budget import send
+
+
+def test_a_file_name_with_underscores_keeps_them_in_the_title_the_tab_and_the_list(tmp_path, scripted, make_live):
+    config = make_config(tmp_path, scripted.url)
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    (workspace / "_pydecimal.py").write_text("def add(a, b):\n    return a + b\n")
+    live = make_live(config)
+    name = live.open_session()
+    send(live, name, "Summarize _pydecimal.py for me")
+    page = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")
+    assert "_pydecimal.py" in page.title.get_text()
+    listing = BeautifulSoup(live.get("/").text, "html.parser").get_text()
+    assert "Summarize _pydecimal.py for me" in " ".join(listing.split())
+
+
+def test_the_partial_answers_note_keeps_a_file_names_underscores_in_its_italics():
+    """``_Note: … of _pydecimal.py …_`` closed its italics at the name's underscore and dropped it."""
+    job = Job(id="j", session="s", turn=0, file="_pydecimal.py", user_text="", instruction="Summarize.", model="m",
+              file_tokens=1, remaining=1, chunks=47, size_tokens=600, boundary="", kind="source", fingerprint="",
+              window=8192, bytes_per_token=4.0, selected=4)
+    html = markdown(record.coverage_note(job))
+    assert "<code>_pydecimal.py</code>" in html and "<em>" in html and "_Note" not in html
