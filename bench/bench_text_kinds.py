@@ -34,9 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from app.budget import KIND_FACTORS, calibration_kind  # noqa: E402
 from app.modelserver.tokens import counter_from_info  # noqa: E402
+from bench_token_kinds import slices  # noqa: E402
 
 MAN = Path("/usr/share/man")
 DOC = Path("/usr/share/doc")
@@ -76,19 +78,6 @@ def read(path: Path) -> str:
     if path.suffix == ".xz":
         return lzma.decompress(path.read_bytes()).decode("utf-8", "replace")
     return path.read_text(encoding="utf-8", errors="replace")
-
-
-def slices(text: str, size: int, most: int) -> list[str]:
-    out, pos = [], 0
-    while pos < len(text) and len(out) < most:
-        piece = text[pos:pos + size]
-        if len(piece) == size:
-            nl = piece.rfind("\n")
-            piece = piece[: nl + 1] if nl > size // 2 else piece
-        if len(piece.encode()) >= size // 2:
-            out.append(piece)
-        pos += len(piece)
-    return out
 
 
 def counters() -> dict[str, object]:
