@@ -394,6 +394,7 @@ def test_delete_moves_to_the_trash_and_restore_brings_it_back(live):
     assert not (store.folder / f"{name}.spmd").exists()
     assert (store.folder / ".trash" / f"{name}.spmd").read_bytes() == before
     page = soup(response)
+    assert "Moved “Precious” to the trash" in page.select_one(".flash").get_text()   # by its title (issue 45)
     assert name not in [r[0] for r in listed(live)]
     trash = page.select_one("#trash")
     assert "Precious" in trash.get_text() and "Trash (1)" in trash.summary.get_text()

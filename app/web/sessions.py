@@ -248,7 +248,7 @@ def rename(name: str):
 @bp.post("/<name>/delete")
 def delete(name: str):
     """Move the file to the trash, from which the list restores it."""
-    _session(name)
+    title = _session(name).title
     svc = services()
     with svc.store.lock(name):            # the busy check and the move are one change (no send slips in)
         if svc.activities.working(name):
@@ -261,7 +261,7 @@ def delete(name: str):
     if svc.jobs:
         svc.jobs.discard_for_session(name)       # its analyses point at nothing now: their files go
     log.info("session %s moved to the trash", name)
-    flash(f"Moved “{name}” to the trash. Restore it from the list below.", "ok")
+    flash(f"Moved “{title}” to the trash. Restore it from the list below.", "ok")   # by its name, not its id
     return redirect(url_for("sessions.index"), code=303)
 
 
