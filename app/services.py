@@ -106,8 +106,10 @@ class Services:
             path.mkdir(parents=True, exist_ok=True)
         models = connect(config)
         calibration = Calibration(config.data_path / "calibration.json", config.budget.bytes_per_token)
+        # the scenes name the workspace folder, not where it lives on this machine (issue 45: a shared
+        # session file told others the owner's home); Harvey's reader reads no path from that line
         store = SessionStore(config.sessions_path, user_name=config.user_name,
-                             workspace=str(config.workspace_path))
+                             workspace=config.workspace_path.name or ".")
         activities = Activities()
         svc = cls(config=config, models=models, calibration=calibration, store=store, activities=activities,
                   worker=Worker(activities), calls=ModelCalls(models, calibration))

@@ -33,3 +33,18 @@ def test_the_partial_answers_note_keeps_a_file_names_underscores_in_its_italics(
               window=8192, bytes_per_token=4.0, selected=4)
     html = markdown(record.coverage_note(job))
     assert "<code>_pydecimal.py</code>" in html and "<em>" in html and "_Note" not in html
+
+
+def test_the_session_file_and_its_page_do_not_tell_where_the_workspace_lives(tmp_path, scripted, make_live):
+    config = make_config(tmp_path, scripted.url)
+    workspace = Path(config.workspace)
+    workspace.mkdir(parents=True)
+    (workspace / "notes.md").write_text("# Notes\n\nThe fan is loud.\n")
+    live = make_live(config)
+    name = live.open_session()
+    send(live, name, "Summarize notes.md")
+    spmd = (live.services.store.folder / f"{name}.spmd").read_text()
+    page = live.get(f"/sessions/{name}").text
+    for text in (spmd, page):
+        assert str(tmp_path) not in text and str(workspace.resolve()) not in text
+    assert f"Workspace: {workspace.name}." in spmd
