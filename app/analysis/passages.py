@@ -50,6 +50,11 @@ class Shown:
     changed: bool = False
     problem: str = ""
 
+    @property
+    def code(self) -> bool:
+        """A source file's passage: shown in a fixed-width font with its line breaks and indents (issue 45)."""
+        return chunking.kind_for_path(self.file) == "source"
+
 
 def passage_of(analysis: ChunkAnalysis | None, chunk: int) -> CitedPassage | None:
     """The recorded passage of chunk ``chunk`` (1-based), or None when the analysis has none for it."""

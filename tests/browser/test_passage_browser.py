@@ -96,3 +96,36 @@ def test_a_long_passage_scrolls_inside_the_dialog_with_close_in_reach(live, phon
     assert axe_violations(page) == []
     page.get_by_role("button", name="Close the passage").tap()
     wait_until(page, "!document.getElementById('passage').open")
+
+
+def test_a_code_passage_keeps_its_indents_in_a_fixed_font_and_a_citation_is_a_24_px_target(live, phone):
+    """Issue 45: a passage of a code file was set in a proportional font with its indents run together, and a
+    citation mark was about 10 px wide on a phone: too small to tap (WCAG 2.5.8 asks 24 px)."""
+    import hashlib
+    from pathlib import Path
+
+    from app.sessions import fountain
+    from test_session_pages import T0, write_session
+
+    workspace = Path(live.config.workspace)
+    workspace.mkdir(parents=True, exist_ok=True)
+    code = "def area(r):\n    if r < 0:\n        raise ValueError(r)\n    return 3.14159 * r * r\n"
+    (workspace / "shapes.py").write_text(code)
+    source = "sha256:" + hashlib.sha256(code.encode()).hexdigest()[:16]
+    analysis = fountain.ChunkAnalysis("shapes.py", 1, "tiny:1b", "block", 1500, "What does area do?", T0, ["ok"],
+                                      "ok", source=source)
+    analysis.passages[1] = fountain.CitedPassage(1, 0, len(code), (1, 4), quotes=["raise ValueError(r)"])
+    name = write_session(live.services.store, T0, [("What does area do?", "It squares r [1].", "tiny:1b")],
+                         analysis=analysis)
+    page = phone
+    page.goto(f"{live.url}/s/{name}")
+    link = page.locator("a.cite").first
+    box = link.bounding_box()
+    assert box["width"] >= 24 and box["height"] >= 24, box
+    open_passage(page, link)
+    text = page.locator("#passage .passage-text")
+    style = text.evaluate("q => [getComputedStyle(q).fontFamily, getComputedStyle(q).whiteSpace]")
+    assert "mono" in style[0].lower() and style[1] == "pre-wrap", style
+    assert "    if r < 0:\n        raise" in text.inner_text()           # the indents, as written
+    no_horizontal_scroll(page)
+    assert page.errors == []
