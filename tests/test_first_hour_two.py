@@ -48,3 +48,16 @@ def test_the_session_file_and_its_page_do_not_tell_where_the_workspace_lives(tmp
     for text in (spmd, page):
         assert str(tmp_path) not in text and str(workspace.resolve()) not in text
     assert f"Workspace: {workspace.name}." in spmd
+
+
+def test_the_empty_pages_example_names_a_file_the_workspace_has_or_says_it_has_none(tmp_path, scripted,
+                                                                                      make_live):
+    """Issue 45: the hint said "for example notes.md" in a workspace without it."""
+    config = make_config(tmp_path, scripted.url)
+    live = make_live(config)
+    hint = BeautifulSoup(live.get(f"/s/{live.open_session()}").text, "html.parser").select_one("#empty-hint")
+    text = " ".join(hint.get_text().split())
+    assert "notes.md" not in text and "no files yet" in text and hint.select_one("a[href='/files/']")
+    (Path(config.workspace) / "fan-noise.txt").write_text("The fan is loud at night.\n")
+    hint = BeautifulSoup(live.get(f"/s/{live.open_session()}").text, "html.parser").select_one("#empty-hint")
+    assert hint.select_one("code").get_text() == "fan-noise.txt"

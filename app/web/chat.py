@@ -22,6 +22,7 @@ from ..storage import why_unwritten
 from ..chat import turns
 from .fragments import busy_kind, fragment, page_context, recent, turn_fragment, turn_view, views_of
 from ..chat.status import match_model, recorded_model, session_model
+from ..workspace import Workspace
 
 log = logging.getLogger(__name__)
 bp = Blueprint("chat", __name__)
@@ -68,8 +69,25 @@ def page(name: str):
         ctx["status"]["problem"] = (f"This session's model {recorded} is not installed here; continuing with "
                                     f"{ctx['model']}. Installed: {', '.join(ctx['models'])}.")
     start = max(0, len(session.turns) - PAGE_TURNS)
+    example = example_file() if not session.turns else None
     return render_template("chat/page.html", turns=views_of(session, ctx["model"], start), earlier=start,
-                           recent=recent(), **ctx)
+                           recent=recent(), example=example, **ctx)
+
+
+EXAMPLE_SUFFIXES = (".md", ".txt", ".py", ".csv", ".html", ".pdf", ".docx", ".json", ".log")
+
+
+def example_file() -> str:
+    """A file the empty page's hint can name (issue 45: it named notes.md in a workspace without one): a
+    text-like file at the workspace's top if there is one, else any; "" when the workspace is empty.  From
+    the workspace's kept name index: no walk of a large folder for a hint."""
+    paths = Workspace(services().config.workspace_path).names().paths
+    top = [p for p in paths if "/" not in p]
+    for group in (top, paths):
+        for path in group:
+            if path.lower().endswith(EXAMPLE_SUFFIXES) and len(path) <= 40:
+                return path
+    return next((p for p in paths if len(p) <= 40), "")
 
 
 @bp.get("/s/<name>/turns")
