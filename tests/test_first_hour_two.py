@@ -61,3 +61,21 @@ def test_the_empty_pages_example_names_a_file_the_workspace_has_or_says_it_has_n
     (Path(config.workspace) / "fan-noise.txt").write_text("The fan is loud at night.\n")
     hint = BeautifulSoup(live.get(f"/s/{live.open_session()}").text, "html.parser").select_one("#empty-hint")
     assert hint.select_one("code").get_text() == "fan-noise.txt"
+
+
+def test_editing_the_first_message_renames_a_session_the_user_did_not_rename(tmp_path, scripted, make_live):
+    """Issue 45: the title kept the first message's words after the message was edited."""
+    from conftest import send_and_finish
+
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    send_and_finish(live, name, "How loud is the fan at nihgt?")
+    send_and_finish(live, name, "How loud is the fan at night?", retry_of=0)
+    assert live.services.store.load(name).title == "How loud is the fan at night?"
+    page = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")
+    assert "How loud is the fan at night?" in page.title.get_text()
+    other = live.open_session()                     # a name the user gave stays through an edit
+    send_and_finish(live, other, "first words")
+    live.post(f"/s/{other}/title", data={"title": "Fan project"})
+    send_and_finish(live, other, "better first words", retry_of=0)
+    assert live.services.store.load(other).title == "Fan project"

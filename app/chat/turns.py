@@ -70,7 +70,7 @@ def send(svc, name: str, text: str, model: str | None = None, edit_of: int | Non
                 return Outcome(svc.store.load(name), pending.turn, declined=True)
         svc.activities.check_free(name)
         untitled = svc.store.load(name)
-        session = _title_from_first(svc, untitled, text)
+        session = _title_from_first(svc, untitled, text, edit_of)
         retry = notes.retry(edited=True) if _edits_last(session, edit_of) else None
         outcome = _send_locked(svc, session, text, model, retry, ready, allow_missing)
     outcome.renamed = session.title != untitled.title
@@ -120,12 +120,17 @@ def _edits_last(session: Session, index: int | None) -> bool:
     return index is not None and index == len(session.turns) - 1 and bool(session.turns[index].user_text)
 
 
-def _title_from_first(svc, session: Session, text: str) -> Session:
-    """A new session is named after its first message (no model call), unless renamed already."""
-    if session.turns or session.title != names.DEFAULT_TITLE:
+def _title_from_first(svc, session: Session, text: str, edit_of: int | None = None) -> Session:
+    """A new session is named after its first message (no model call), unless renamed already; an edit
+    of that first message (while it is the only one) names it again, if the name was still the message's
+    own (issue 45: the title kept the words the edit replaced)."""
+    if edit_of == 0 and len(session.turns) == 1 and session.turns[0].user_text:
+        if session.title != names.title_from_message(session.turns[0].user_text):
+            return session                       # renamed by the user: theirs stays
+    elif session.turns or session.title != names.DEFAULT_TITLE:
         return session
     title = names.title_from_message(text)
-    return svc.store.rename(session.name, title) if title else session
+    return svc.store.rename(session.name, title) if title and title != session.title else session
 
 
 @dataclass
