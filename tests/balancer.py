@@ -3,7 +3,7 @@ front of several model servers (issue 24).
 
 ``Nginx`` runs ``nginx -p FOLDER -c FOLDER/nginx.conf`` in the foreground (no daemon, no system
 files): its pid file, error log, temp folders and config all live in the test's tmp folder, and
-``stop()`` ends it. ``balancer_site`` is deploy/nginx-model-servers.conf, the snippet the README
+``stop()`` ends it. ``balancer_site`` is deploy/nginx-model-servers.conf, the snippet docs/model-servers.md
 documents, with only its machines' addresses and its port changed, so the tests run the very
 configuration a reader copies. The ``balancer`` fixture starts it in front of given servers and
 stops it at the end of the test.

@@ -5,7 +5,7 @@ one line of each dialogue. For each case of the issue's first table the file is 
 (the app under waitress with the scripted Ollama server, or the session store, the one writer), and
 Harvey's turns must be exactly what the app itself would send (``prepare.history_turns``), cut to the
 first line Harvey can read: every turn and reply start the app sends, nothing it leaves out, and no
-backslash at the start of a message or reply (a zero width space is allowed: the README says where).
+backslash at the start of a message or reply (a zero width space is allowed: docs/sessions.md says where).
 The 72 texts of Harvey's own repository (shared/reference/harvey-fixtures) are read beside the port.
 """
 

@@ -3,7 +3,7 @@ about is read, or said to be missing.
 
 The guess (``app/filenames.py``, which words name a workspace file and whether the user asked about it)
 is run over a labelled corpus of realistic messages written for this (``data/mentions/messages.yaml``:
-links, domains, traces, logs, shell sessions, code, config, remarks, and names in every form the README
+links, domains, traces, logs, shell sessions, code, config, remarks, and names in every form docs/using.md
 allows) and its precision and recall are printed and pinned here (style-examples §18).  A third of the
 corpus also goes end to end: through waitress to a scripted Ollama, checking what the model was sent.
 

@@ -171,10 +171,11 @@ def directives(text: str) -> list[str]:
 
 
 def test_the_readme_shows_the_nginx_configuration_the_test_runs():
-    """README's nginx block is deploy/nginx-model-servers.conf, directive for directive: the
-    set-up a reader copies is the one the killed-server test above runs."""
+    """The nginx block of docs/model-servers.md (the README's "Where the model runs", moved there in
+    issue 45) is deploy/nginx-model-servers.conf, directive for directive: the set-up a reader copies is
+    the one the killed-server test above runs."""
     from balancer import BALANCER_SITE
 
-    readme = (BALANCER_SITE.parent.parent / "README.md").read_text()
+    readme = (BALANCER_SITE.parent.parent / "docs" / "model-servers.md").read_text()
     blocks = re.findall(r"```nginx\n(.*?)```", readme, re.S)
     assert len(blocks) == 1 and directives(blocks[0]) == directives(BALANCER_SITE.read_text())

@@ -155,7 +155,7 @@ def _finds_all(file, words: list[str], fold: bool = False) -> bool:
     return not missing
 
 
-_ZWSP = "\u200b"      # the writer's guard before some lines (README "Sessions are screenplays"), not text
+_ZWSP = "\u200b"      # the writer's guard before some lines (docs/sessions.md, "Sessions are screenplays"), not text
 MAX_WORDS = 100_000    # distinct words a word file lists at most (memory while making it: ~10 MB); a
                        # session with more (pasted logs, ids) has none and is read a chunk at a time
 WORDS_DIR = ".search"        # beside .trash/ in the sessions folder; ``names()`` does not look inside
