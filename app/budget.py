@@ -687,7 +687,12 @@ def estimate_analysis(chunk_tokens: Sequence[int], *, map_fixed_tokens: int, map
             prompt += reduce_fixed_tokens + sum(parts[i] for i in batch)
             generated += map_out
             next_parts.append(map_out + part_overhead_tokens)
-        if len(next_parts) >= len(parts):       # cannot shrink (room too small): stop counting
+        if len(next_parts) >= len(parts):
+            # cannot shrink (the room holds one part at a time): the synthesis still runs, on what
+            # fits (not counting it made two chunks look cheaper than one: hypothesis found it)
+            reduce_calls += 1
+            prompt += reduce_fixed_tokens + min(sum(next_parts), room)
+            generated += math.ceil(final_reply_tokens * share)
             break
         parts = next_parts
     seconds = None
