@@ -79,3 +79,21 @@ def test_editing_the_first_message_renames_a_session_the_user_did_not_rename(tmp
     live.post(f"/s/{other}/title", data={"title": "Fan project"})
     send_and_finish(live, other, "better first words", retry_of=0)
     assert live.services.store.load(other).title == "Fan project"
+
+
+def test_the_files_page_gives_a_file_the_figure_its_card_gives(tmp_path, scripted, make_live):
+    """Issue 45: the Files page said "about 41,478 tokens" for a PDF the card sized at 9,102 (the file's
+    bytes over the chat's figure, where the card measures its text and its kind)."""
+    import re
+
+    from test_coverage import big_md_card
+
+    live, name, job = big_md_card(make_live, make_config(tmp_path, scripted.url))
+    assert job is not None and job.file_tokens > 0
+    page = BeautifulSoup(live.get(f"/files/?session={name}").text, "html.parser")
+    row = next(li for li in page.select("#files li") if li.select_one(".file-name").get_text() == "big.md")
+    shown = int(re.sub(r"\D", "", row.select_one(".tokens").get_text()))
+    assert shown == job.file_tokens, (shown, job.file_tokens)
+    # a row past the first 30 loads the same figure when it is scrolled to
+    fragment = live.get(f"/files/tokens?session={name}&name=big.md").text
+    assert f"about {job.file_tokens:,} tokens" in fragment

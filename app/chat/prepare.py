@@ -438,37 +438,40 @@ def _routed(config, prepared: Prepared, wf: WorkspaceFile, tokens: int, named: i
 
 
 def _file_tokens(sizing: Sizing, model: str, wf: WorkspaceFile, counter=None) -> tuple[int, float]:
-    """A named file's tokens at its own kind's cautious figure, estimated before it is read, and
-    the figure.
+    """A named file's tokens as the prompt carries it (its text in a file block), estimated before it
+    is read, and the figure: ``file_tokens`` with the block's own tokens."""
+    tokens, bpt, _ = file_tokens(sizing, model, wf, counter, block=True)
+    return tokens, bpt
+
+
+def file_tokens(sizing: Sizing, model: str, wf: WorkspaceFile, counter=None,
+                block: bool = False) -> tuple[int, float, bool]:
+    """A file's own tokens, the one figure every page gives for it (issue 45: the Files page said 41,478
+    for a PDF the card counted at 9,102); the bytes per token behind it; and whether it is the model's
+    exact count (the whole text counted) rather than an estimate.
 
     A Japanese or Markdown file holds far more tokens per byte than chat prose: sized at
     the chat's figure, a file that needs the alert card looked small and was then refused
     as too long.  Every file is sized from its metadata and a sample (``chunking.measure``:
     a text file's size, a PDF's page count and a few pages, a Word file's zip directory), so
-    a large file is neither read nor extracted to be measured (issue 23).
+    a large file is neither read nor extracted to be measured (issue 23).  With the model's
+    counter (issue 30) the sample is counted: exactly when it is the whole text (a text file up to
+    ``chunking.SAMPLE_BYTES``), else its counted density times the text's size.  ``block``: as a
+    message carries it, in its ``<file name=...>`` block (counted with it when the text is).
     """
     measured = chunking.measure(wf.path)
+    wrapper = FILE_BLOCK_TOKENS if block else 0
     if counter is not None and measured.sample:
-        return _counted_file_tokens(counter, wf, measured)
+        sample_bytes = len(measured.sample.encode("utf-8"))
+        if not measured.pages and measured.text_bytes <= sample_bytes:
+            tokens = counter.count(_file_block(wf.name, measured.sample) if block else measured.sample)
+            return tokens, max(1.0, sample_bytes / max(1, tokens)), True
+        bpt = max(1.0, sample_bytes / max(1, counter.count(measured.sample)))
+        return math.ceil(measured.text_bytes / bpt) + wrapper, bpt, False
     kind = calibration_kind(measured.kind, measured.sample)
     _count_exactly(sizing, model, kind, measured.sample)
     bpt = sizing.calibration.bytes_per_token(model, kind, conservative=True)
-    return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
-
-
-def _counted_file_tokens(counter, wf: WorkspaceFile, measured) -> tuple[int, float]:
-    """A named file's tokens by the model's own count (issue 30): exact when the measured sample is
-    the whole text (a text file up to ``chunking.SAMPLE_BYTES``), else the sample's counted density
-    times the text's size (a bounded sample: a large file is not read whole during a request); and
-    the bytes per token that shows."""
-    sample_bytes = len(measured.sample.encode("utf-8"))
-    whole = not measured.pages and measured.text_bytes <= sample_bytes
-    if whole:
-        tokens = counter.count(_file_block(wf.name, measured.sample))
-        return tokens, max(1.0, sample_bytes / max(1, tokens))
-    sample_tokens = max(1, counter.count(measured.sample))
-    bpt = max(1.0, sample_bytes / sample_tokens)
-    return math.ceil(measured.text_bytes / bpt) + FILE_BLOCK_TOKENS, bpt
+    return math.ceil(measured.text_bytes / bpt) + wrapper, bpt, False
 
 
 def _file_block(name: str, text: str) -> str:

@@ -23,6 +23,9 @@ from .context import services
 from ..sessions.names import valid_name
 from ..storage import atomic_write
 from .. import documents, filenames
+from ..chat import prepare
+from ..chat.status import session_model
+from ..errors import HarveyError
 from ..workspace import MAX_NAME_CHARS, Workspace, WorkspaceError, safe_filename
 
 log = logging.getLogger(__name__)
@@ -36,27 +39,63 @@ def _session_arg() -> str:
     return name
 
 
+# Rows whose token figure the page computes itself; the rest load theirs as they scroll into view (a
+# 5,000-file workspace is not measured for one page).
+FIGURED_ROWS = 30
+
+
 @bp.get("/")
 def index():
-    """Every workspace file with its size and estimated tokens."""
+    """Every workspace file with its size and its tokens: the same figure the card and the chat use."""
     svc = services()
     session = _session_arg()
-    bpt = svc.calibration.bytes_per_token(svc.config.model_server.model)
-    files = [_listed(f, bpt) for f in Workspace(svc.config.workspace_path).files()]
+    files = [_listed(f, session if i < FIGURED_ROWS else None)
+             for i, f in enumerate(Workspace(svc.config.workspace_path).files())]
     return render_template("files/index.html", files=files, session=session, folder=svc.config.workspace,
                            max_upload_mb=svc.config.server.max_upload_mb,
                            messages=get_flashed_messages(with_categories=True))
 
 
-def _listed(f, bpt: float) -> dict:
+@bp.get("/tokens")
+def tokens():
+    """One file's token figure as a fragment (the Files page's rows past the first ``FIGURED_ROWS``)."""
+    session = _session_arg()
+    try:
+        wf = Workspace(services().config.workspace_path).resolve(request.args.get("name", ""))
+    except WorkspaceError as exc:
+        abort(404, description=str(exc))
+    row = _listed(wf, session)
+    return render_template("files/_tokens.html", f=row, session=session)
+
+
+def _figure(session: str, wf) -> tuple[int, bool]:
+    """The file's tokens for the session's model (``prepare.file_tokens``: counted when the model's counter
+    is loaded, estimated by its kind of text otherwise) and whether they are the model's exact count."""
+    svc = services()
+    sizing = svc.sizing
+    model = session_model(sizing, svc.store.load(session))
+    counter = svc.models.counter(model)             # never waits: a counter still loading is an estimate here
+    count, _, exact = prepare.file_tokens(sizing, model, wf, counter)
+    return count, exact
+
+
+def _listed(f, session: str | None) -> dict:
     """One row of the list: a file that is not text (an image, a program) says so, with no token
-    figure and no Ask or Analyse (issue 33: a program was "about 42,651 tokens")."""
+    figure and no Ask or Analyse (issue 33: a program was "about 42,651 tokens").  ``session``: compute
+    the token figure (None: the row loads it)."""
     try:
         what = documents.sniff(f.path)
     except OSError:
         what = "a file that cannot be read"
-    return {"name": f.name, "mention": filenames.mention(f.name), "size": f.size,
-            "tokens": None if what else int(f.size / bpt), "not_text": what or ""}
+    row = {"name": f.name, "mention": filenames.mention(f.name), "size": f.size, "tokens": None, "exact": False,
+           "not_text": what or ""}
+    if session and not what:
+        try:
+            row["tokens"], row["exact"] = _figure(session, f)
+        except (OSError, ValueError, HarveyError) as exc:
+            log.info("no token figure for %s: %s", f.name, exc)
+            row["not_text"] = "a file that cannot be read"
+    return row
 
 
 def _attached(saved=None, error: str = ""):
