@@ -97,3 +97,20 @@ def test_the_files_page_gives_a_file_the_figure_its_card_gives(tmp_path, scripte
     # a row past the first 30 loads the same figure when it is scrolled to
     fragment = live.get(f"/files/tokens?session={name}&name=big.md").text
     assert f"about {job.file_tokens:,} tokens" in fragment
+
+
+def test_the_status_line_says_an_estimate_is_one_and_why_the_reply_cap_passes_its_reserve(tmp_path, scripted,
+                                                                                            make_live):
+    """Issue 45: "replies up to 1024 tokens" beside a table reserving "− reply 512", and "6832 of 8192 free"
+    that became 7489 once the counter loaded, with no word that the first was an estimate."""
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    status = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#status")
+    free = " ".join(status.select_one(".free").get_text().split())
+    assert free.startswith("about ") and free.endswith("tokens free")          # no tokenizer here: estimated
+    rows = {" ".join(th.get_text().split()): " ".join(td.get_text().split())
+            for th, td in (tr.select("th, td") for tr in status.select("table.breakdown tr"))}
+    reserve = int(rows["− reply (kept free for the reply)"])
+    cap = rows["reply cap (chat.reply_tokens)"]
+    assert cap.startswith(f"{live.config.chat.reply_tokens}: the {reserve} kept free, and the rest from what is free")
+    assert "sizes are estimates" in rows["bytes per token"]

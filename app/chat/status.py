@@ -93,6 +93,7 @@ def status_for(sizing: Sizing, session: Session, model: str) -> dict:
         log.warning("status line of %s: the server's token count failed (%s); estimated instead", model, exc)
         budget = _history_budget(sizing, session, model, facts, fit, status["bytes_per_token"], None)
     status["exact"] = budget.exact
+    status["counter_loading"] = not budget.exact and sizing.models.counter_state(model)[0] == "building"
     status.update(window=budget.window, effective=budget.effective, remaining=budget.remaining,
                   low=budget.low, components=dict(budget.components), limited_by=budget.limited_by,
                   memory="; ".join(fit.lines()) if fit else "",
