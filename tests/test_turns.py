@@ -75,8 +75,12 @@ def test_a_message_sent_while_a_reply_streams_is_refused_and_not_written(live, s
     refused = live.post(f"/s/{name}/messages", data={"message": "second"})
     assert refused.status_code == 409 and "still in the box" in refused.text
     # the other device is told why and offered the streaming reply; its page, loaded now, says why Send is off
-    assert f'href="/s/{name}">Show the reply</a>' in refused.text
-    send = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one("#send")
+    # the link keeps what was typed: the page it opens has it in the box (issue 45: it was lost on the reload)
+    link = BeautifulSoup(refused.text, "html.parser").select_one("a")
+    assert link.get_text() == "Show the reply" and link["href"] == f"/s/{name}?draft=second"
+    page = BeautifulSoup(live.get(link["href"]).text, "html.parser")
+    assert page.select_one("#message").get_text() == "second"
+    send = page.select_one("#send")
     assert send.has_attr("disabled") and send.get_text() == "Reply streaming…"
     live.post(f"/s/{name}/stop", data={"activity": live.services.activities.holder(name).id})   # (40 s otherwise)
     wait_for(lambda: idle(live, name), what="the reply to end")

@@ -116,7 +116,9 @@ def _busy_card(name: str, exc: Busy):
     """A message refused because the session is busy: say so, and offer to show what runs."""
     log.info("refused (busy, 409): %s", exc)
     kind = getattr(exc, "holding", "") or busy_kind(services(), name)
-    return render_template("chat/_busy.html", message=str(exc), name=name, kind=kind), 409
+    # the link to what runs carries the typed message into the page's box (issue 45: it was lost on the reload)
+    draft = (request.form.get("message") or "")[:4000]
+    return render_template("chat/_busy.html", message=str(exc), name=name, kind=kind, draft=draft), 409
 
 
 def _unwritten(name: str, exc: OSError) -> Response:
