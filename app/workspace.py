@@ -328,5 +328,33 @@ def shortened(name: str, limit: int = MAX_NAME_CHARS) -> str:
     suffix = ext.group(0) if ext and ext.start() > 0 else ""
     if len(suffix) > limit // 2:
         suffix = suffix[-(limit // 2):]
-    stem = name[:len(name) - len(suffix)][:limit - len(suffix)].rstrip("._-") or "file"
-    return stem + suffix
+    stem = name[:len(name) - len(suffix)]
+    room = limit - len(suffix) - len(ELIDED)
+    # the start and the end of the name, each cut where a word ends (issue 45: "…approved_by_the.txt" lost
+    # the end, where a date or a version usually is, and ended mid-phrase)
+    head = _words(stem[:room - room // 3], from_end=False)
+    tail = _words(stem[len(stem) - room // 3:], from_end=True)
+    if not head:
+        return (stem[:limit - len(suffix)].rstrip("._-") or "file") + suffix
+    return head + ELIDED + tail + suffix if tail else head + suffix
+
+
+ELIDED = "--"     # where a long name's middle was left out (only name-safe characters)
+
+
+def _words(part: str, from_end: bool) -> str:
+    """``part`` cut back to whole words (at ``_``, ``-``, ``.`` or a space turned ``_``): its start's when
+    ``from_end`` is False, its end's when True."""
+    if from_end:
+        cut = re.search(r"[._-]", part)
+        part = part[cut.end():].strip("._-") if cut else part
+        return _SMALL_AT_START.sub("", part) or part
+    cut = max(part.rfind(c) for c in "._-")
+    part = (part[:cut] if cut > 0 else part).strip("._-")
+    return _SMALL_AT_END.sub("", part) or part
+
+
+# small words a cut leaves dangling ("…meeting_of_the", "by_the_board…"): dropped at the cut
+_SMALL = r"(?:a|an|and|at|by|for|in|of|on|or|the|to|with)"
+_SMALL_AT_END = re.compile(rf"(?:[_-]{_SMALL})+$", re.I)
+_SMALL_AT_START = re.compile(rf"^(?:{_SMALL}[_-])+", re.I)

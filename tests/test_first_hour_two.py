@@ -114,3 +114,19 @@ def test_the_status_line_says_an_estimate_is_one_and_why_the_reply_cap_passes_it
     cap = rows["reply cap (chat.reply_tokens)"]
     assert cap.startswith(f"{live.config.chat.reply_tokens}: the {reserve} kept free, and the rest from what is free")
     assert "sizes are estimates" in rows["bytes per token"]
+
+
+def test_a_long_upload_name_keeps_its_start_and_its_end_cut_where_words_end(tmp_path, scripted, make_live):
+    """Issue 45: "…final_version_approved_by_the.txt" lost the end of the name (its date) mid-phrase."""
+    import re
+
+    live = make_live(make_config(tmp_path, scripted.url))
+    name = live.open_session()
+    long = ("Minutes of the annual general meeting of the allotment society, final version approved by the "
+            "board 2026-12-01.txt")
+    response = live.post("/files/upload", data={"session": name}, files={"file": (long, b"Minutes.\n", "text/plain")},
+                         headers={"HX-Request": "true"})
+    stored = re.search(r'data-attached="([^"]+)"', response.text).group(1)
+    assert len(stored) <= 80 and stored.endswith("board_2026-12-01.txt"), stored
+    assert stored.startswith("Minutes_of_the_annual_general_meeting") and "--" in stored
+    assert (Path(live.config.workspace) / stored).read_bytes() == b"Minutes.\n"
