@@ -130,3 +130,28 @@ def test_a_long_upload_name_keeps_its_start_and_its_end_cut_where_words_end(tmp_
     assert len(stored) <= 80 and stored.endswith("board_2026-12-01.txt"), stored
     assert stored.startswith("Minutes_of_the_annual_general_meeting") and "--" in stored
     assert (Path(live.config.workspace) / stored).read_bytes() == b"Minutes.\n"
+
+
+def test_the_cards_time_row_follows_the_scope_and_says_what_it_rests_on(tmp_path, scripted, make_live):
+    """Issue 45: the Time row gave the all-chunks minutes while the choice above it read the first 20, and did
+    not say where its speed came from."""
+    import dataclasses
+
+    from test_analysis import big_markdown
+
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=3))
+    Path(config.workspace).mkdir(parents=True)
+    (Path(config.workspace) / "big.md").write_text(big_markdown())
+    live = make_live(config)
+    name = live.open_session()
+    send(live, name, "hello")                                  # the model's speed on this machine, measured
+    speed = live.services.calibration.speed("tiny:1b")
+    assert speed
+    live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
+    job = live.services.jobs.open_for(name)
+    assert job is not None and job.chunks > 3
+    card = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one(".card.alert")
+    time_row = " ".join(card.find("dt", string="Time").find_next("dd").get_text().split())
+    assert f"for all {job.chunks} chunks" in time_row and "for the first 3" in time_row, time_row
+    assert f"{round(speed[0])} tokens a second reading" in time_row and "corrected by each chunk" in time_row

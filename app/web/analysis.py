@@ -270,7 +270,8 @@ def _card_context() -> dict:
             "job_results": runner.results, "unread_where": unread_where, "sources": sources,
             "retrieval_offer": retrieval_offer, "computed": computed, "question_kind": question_kind,
             "waits_for": waits_for, "writing": runner.writing, "markdown": markdown, "estimated_why": estimated_why,
-            "list_target": lambda text: answers.list_target(without_directive(text or ""))}
+            "list_target": lambda text: answers.list_target(without_directive(text or "")),
+            "model_speed": services().calibration.speed}
 
 
 def estimated_why(model: str, text_kind: str = "", bytes_per_token: float = 0.0) -> str:
