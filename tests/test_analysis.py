@@ -466,3 +466,22 @@ def test_routing_to_a_model_with_a_smaller_window_plans_the_chunks_again(setup):
     assert {c.body["model"] for c in chats} == {"other:7b"} and {c.num_ctx for c in chats} == {2048}
     assert all(c.refused is None for c in chats)
     assert all(r.status == "ok" for r in job.results.values())
+
+
+def test_an_empty_synthesis_gives_the_chunks_answers_not_an_empty_reply(setup):
+    """A small model (SmolLM2-135M, seen in a full run) can end its synthesis at once: the reply was empty
+    and the chunks' answers lost from the chat.  They are the answer then, each cited, and it says so."""
+    live, scripted, _ = setup
+
+    def script(body):
+        reply = map_or_reduce(body)
+        return Reply(text="") if reply.text.startswith("SYNTHESIZED") else reply
+
+    scripted.script = script
+    name = live.open_session()
+    job, _ = start_job(live, name, "Summarize each part.")
+    list(live.sse(f"/s/{name}/analysis/{job.id}/events", timeout=30))
+    assert job.state == "done", job.message
+    reply = fountain.turns(fountain.loads(session_text(live, name)))[-1].reply
+    assert reply.startswith("The model wrote no synthesis, so here are the chunks' own answers:")
+    assert "Partial answer for chunk 1. [1]" in reply and f"[{job.total}]" in reply

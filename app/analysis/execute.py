@@ -440,6 +440,11 @@ class Execution:
             else:
                 self.steps.fail(job, f"The synthesis failed: {_one_line(exc)}", synthesis=f"error: {_one_line(exc)}")
             return None
+        if not answer.strip():
+            # a small model can end its synthesis at once: the reply would be empty, the chunks' answers lost
+            # from the chat (seen with SmolLM2-135M); they are the answer then, said so
+            log.warning("analysis %s: the synthesis came back empty; the chunks' answers stand in", job.id)
+            answer = empty_synthesis_answer(relevant)
         answer, removed = mapreduce.resolve_citations(answer, {i + 1 for i, _ in relevant})
         if removed:
             log.info("analysis %s: %d citations of chunks without a relevant passage removed", job.id, removed)
@@ -450,6 +455,18 @@ class Execution:
             log.warning("analysis %s: the synthesis was cut at its cap of %d tokens", job.id, cuts[-1])
             answer += cut_note("synthesis", cuts[-1], capped=cuts[-1] >= config.chat.reply_tokens)
         return answer
+
+
+EMPTY_SYNTHESIS = "The model wrote no synthesis, so here are the chunks' own answers:"
+
+
+def empty_synthesis_answer(relevant: list[tuple[int, ChunkResult]], limit: int = 300) -> str:
+    """The answer when the synthesis came back empty: each relevant chunk's answer on a line, cited."""
+    lines = [EMPTY_SYNTHESIS, ""]
+    for i, r in relevant:
+        text = " ".join((r.text or "").split())
+        lines.append(f"- {text[:limit]}{'…' if len(text) > limit else ''} [{i + 1}]")
+    return "\n".join(lines)
 
 
 def _reading(job: Job, chunk: chunking.Chunk) -> str:
