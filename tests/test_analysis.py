@@ -85,7 +85,8 @@ def test_overflow_shows_the_card_and_sends_nothing(setup):
     assert re.search(r"about [\d,]+ tokens", fragment) and "in the current context" in fragment
     assert re.search(r"\d+ chunks of up to 1,500 tokens, split at paragraph boundaries", fragment)
     assert ">Summarize the methodology in big.md</textarea>" in fragment
-    assert 'or "no" to return to the conversation' in fragment
+    assert "What to do with each chunk" in fragment and "No, back to the chat" in fragment   # plain words (issue 45)
+    assert 'or "no" to return to the conversation' not in fragment
     assert scripted.chats() == []
     text = session_text(live, name)
     assert "Context overflow: big.md is approximately" in text

@@ -33,6 +33,8 @@ def test_tapping_an_earlier_instruction_fills_the_box_and_start_uses_it(app, pho
     page.goto(live.url + "/")
     page.fill("#message", "Summarize the methodology in big.md")
     page.click("#send")
+    page.wait_for_selector(".card.alert details.library summary")
+    page.locator(".card.alert details.library summary").tap()      # folded: the card's choice stays on screen
     page.wait_for_selector(".card.alert .library button.suggestion")
     buttons = page.locator(".card.alert button.suggestion")
     assert [b.get_attribute("data-text") for b in buttons.all()] == [
