@@ -35,3 +35,28 @@ def test_the_cards_first_screen_holds_its_facts_and_its_primary_choice(tmp_path,
     no_horizontal_scroll(page)
     assert axe_violations(page, ".card.alert") == []
     assert page.errors == []
+
+
+def test_the_dock_leaves_a_phone_the_conversation_in_edit_mode_too(tmp_path, scripted, make_live, page_for):
+    """Issue 45: on a 390 px phone the dock (the demo model's status line on four lines, the picker, Send,
+    the box) took 237 of 844 px, about 340 in Edit mode."""
+    scripted.show_details = {"harvey_demo": True}
+    live = make_live(make_config(tmp_path, scripted.url))
+    page = page_for(PHONE_390, touch=True)
+    page.goto(live.url + "/")
+    page.fill("#message", "hello")
+    page.click("#send")
+    page.wait_for_selector(".msg.reply:not(.streaming)")
+    height = "Math.round(document.querySelector('.dock').getBoundingClientRect().height)"
+    summary = page.locator("#status summary").bounding_box()
+    assert summary["height"] <= 48, summary                        # the status line on one line
+    assert page.evaluate(height) <= 180, page.evaluate(height)
+    page.locator(".edit-last").last.tap()
+    page.wait_for_selector("#editing:not([hidden])")
+    assert page.evaluate(height) <= 235, page.evaluate(height)
+    page.locator("#edit-cancel").tap()
+    page.locator("#status summary").tap()                          # the demo note's link: one tap away
+    link = page.locator("#status .demo-note a").last
+    assert link.is_visible() and "install Ollama" in link.inner_text()
+    no_horizontal_scroll(page)
+    assert page.errors == []
