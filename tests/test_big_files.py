@@ -219,6 +219,7 @@ def test_the_retrieval_choice_on_a_huge_files_card_is_estimated_without_reading_
     name = live.open_session()
     fragment = live.post(f"/s/{name}/messages", data={"message": "Summarize huge.txt"}).text
     tokens = int(re.search(r"about ([\d,]+) tokens", fragment).group(1).replace(",", ""))
-    passages = int(re.search(r"([\d,]+) passages to index first", fragment).group(1).replace(",", ""))
+    # "about": the count is from the file's estimated size (issue 45: the card said 379, indexing counted 339)
+    passages = int(re.search(r"about ([\d,]+) passages to index first", fragment).group(1).replace(",", ""))
     assert passages == -(-tokens // 600)
     assert "huge.txt" not in spied and scripted.embeds() == [] and scripted.chats() == []

@@ -117,6 +117,7 @@ class Cost:
     passages: int = 0            # passages still to embed
     pieces: int = 0              # the pieces they are sent as (the piece rule of ``piece_bytes``)
     seconds: float | None = None  # the time to embed them (None: no batch of ``model`` measured yet)
+    estimated: bool = False      # from the file's estimated size, not its passages (a file too large to chunk for a card)
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,7 @@ class Indexer:
         size = chunking.RETRIEVAL_SIZE_TOKENS
         passages = max(1, -(-tokens // size))
         pieces = passages * max(1, -(-size * 4 // piece_bytes(model, self._window(model))))
-        return self._priced(model, passages, pieces)
+        return dataclasses.replace(self._priced(model, passages, pieces), estimated=True)
 
     def _priced(self, model: str, passages: int, pieces: int) -> Cost:
         """The cost of embedding ``pieces`` at the measured seconds per piece of ``model`` (None:
