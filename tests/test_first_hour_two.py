@@ -12,14 +12,20 @@ from conftest import make_config
 from test_budget import send
 
 
-def test_a_file_name_with_underscores_keeps_them_in_the_title_the_tab_and_the_list(tmp_path, scripted, make_live):
-    config = make_config(tmp_path, scripted.url)
-    workspace = Path(config.workspace)
-    workspace.mkdir(parents=True)
-    (workspace / "_pydecimal.py").write_text("def add(a, b):\n    return a + b\n")
+def session_with_file(tmp_path, scripted, make_live, file: str, text: str, message: str, config=None):
+    """The app with ``file`` in its workspace and ``message`` sent in a new session: (live, session)."""
+    config = config or make_config(tmp_path, scripted.url)
+    Path(config.workspace).mkdir(parents=True, exist_ok=True)
+    (Path(config.workspace) / file).write_text(text)
     live = make_live(config)
     name = live.open_session()
-    send(live, name, "Summarize _pydecimal.py for me")
+    send(live, name, message)
+    return live, name
+
+
+def test_a_file_name_with_underscores_keeps_them_in_the_title_the_tab_and_the_list(tmp_path, scripted, make_live):
+    live, name = session_with_file(tmp_path, scripted, make_live, "_pydecimal.py", "def add(a, b):\n    return a + b\n",
+                                   "Summarize _pydecimal.py for me")
     page = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser")
     assert "_pydecimal.py" in page.title.get_text()
     listing = BeautifulSoup(live.get("/").text, "html.parser").get_text()
@@ -36,13 +42,9 @@ def test_the_partial_answers_note_keeps_a_file_names_underscores_in_its_italics(
 
 
 def test_the_session_file_and_its_page_do_not_tell_where_the_workspace_lives(tmp_path, scripted, make_live):
-    config = make_config(tmp_path, scripted.url)
-    workspace = Path(config.workspace)
-    workspace.mkdir(parents=True)
-    (workspace / "notes.md").write_text("# Notes\n\nThe fan is loud.\n")
-    live = make_live(config)
-    name = live.open_session()
-    send(live, name, "Summarize notes.md")
+    live, name = session_with_file(tmp_path, scripted, make_live, "notes.md", "# Notes\n\nThe fan is loud.\n",
+                                   "Summarize notes.md")
+    workspace = Path(live.config.workspace)
     spmd = (live.services.store.folder / f"{name}.spmd").read_text()
     page = live.get(f"/sessions/{name}").text
     for text in (spmd, page):
@@ -141,11 +143,8 @@ def test_the_cards_time_row_follows_the_scope_and_says_what_it_rests_on(tmp_path
 
     config = make_config(tmp_path, scripted.url)
     config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=3))
-    Path(config.workspace).mkdir(parents=True)
-    (Path(config.workspace) / "big.md").write_text(big_markdown())
-    live = make_live(config)
-    name = live.open_session()
-    send(live, name, "hello")                                  # the model's speed on this machine, measured
+    live, name = session_with_file(tmp_path, scripted, make_live, "big.md", big_markdown(), "hello",
+                                   config)                     # "hello": the model's speed on this machine, measured
     speed = live.services.calibration.speed("tiny:1b")
     assert speed
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
