@@ -4,6 +4,7 @@ import dataclasses
 import http.client
 import io
 import logging
+import re
 import shutil
 import zipfile
 from urllib.parse import quote
@@ -596,3 +597,18 @@ def test_state_changes_with_bad_names_are_404(live):
     assert (store.folder / ".trash" / f"{name}.spmd").exists() and store.names() == []
     assert raw_status(live, "POST", f"/sessions/trash/{name}/restore", headers=headers) == 303
     assert store.names() == [name]
+
+
+def test_a_session_imported_back_beside_its_source_is_marked(live):
+    """Issue 45: a downloaded session imported again had its source's title and no mark."""
+    store = live.services.store
+    source = write_session(store, T0, [("keep me", "kept", "tiny:1b")], title="Precious")
+    text = (store.folder / f"{source}.spmd").read_bytes()
+    response = upload(live, text.replace(b"Date: ", b"Date: x"), "precious.spmd")  # (a Date of its own: a new name)
+    name = response.url.path.rsplit("/", 1)[-1]
+    assert name != source
+    titles = dict((n, t) for n, t, _ in listed(live))
+    assert titles[source] == "Precious" and re.fullmatch(r"Precious \(imported \d{4}-\d\d-\d\d\)", titles[name])
+    fresh = upload(live, text.replace(b"Precious", b"Unique").replace(b"Date: ", b"Date: y"), "unique.spmd")
+    fresh_name = fresh.url.path.rsplit("/", 1)[-1]
+    assert dict((n, t) for n, t, _ in listed(live))[fresh_name] == "Unique"    # no twin: kept as it came

@@ -298,6 +298,15 @@ def _import_text(filename: str, data: bytes) -> str:
     return text
 
 
+def _mark_if_twin(store, name: str) -> None:
+    """An import whose title another session has already (its source, downloaded and imported back) is
+    named "… (imported 2026-12-06)" (issue 45: two sessions of one title, nothing to tell them apart).
+    Only then: an import of a new session keeps its file byte for byte."""
+    title = store.load(name).title
+    if any(e.title == title and e.name != name for e in store.index().entries()):
+        store.rename(name, f"{title} (imported {datetime.now():%Y-%m-%d})")
+
+
 @bp.post("/import")
 def import_session():
     """Add an uploaded .spmd or .fountain file as a new session; nothing is written when it is refused."""
@@ -314,6 +323,7 @@ def import_session():
     except ImportRefused as exc:
         return _refuse(str(exc), len(data))
     name = svc.store.import_text(text)
+    _mark_if_twin(svc.store, name)
     log.info("session imported as %s (%d bytes)", name, len(data))
     flash("Imported. Read it here, or continue it in the chat.", "ok")
     return redirect(url_for("sessions.read", name=name), code=303)
