@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
 MIN_BPT, MAX_BPT = 1.0, 8.0
+# A prompt this long is read, and its reply written, at other speeds than a chat turn's few hundred
+# tokens (attention over the whole prompt): SmolLM2-135M here read 585-665 tokens a second in short chat
+# turns and 256-283 in 1,500-token chunks, and wrote 95 a second after the first and 56-60 after the
+# second (bench/bench_time_estimate.py). Chunks are timed at a long prompt's speeds; until one is seen,
+# at the short prompts' speeds times LONG_PROMPT_FACTORS (those ratios, rounded down).
+LONG_PROMPT_TOKENS = 1000
+LONG_PROMPT_FACTORS = (0.4, 0.6)
 SAMPLES_KEPT = 15
 # An exact count of less text than this says too little about a kind (a heading, a title page).
 EXACT_SAMPLE_MIN_BYTES = 1000
@@ -320,6 +327,7 @@ class Calibration:
         self._samples: dict[str, list[float]] = {}
         self._kinds: dict[str, dict[str, list[float]]] = {}
         self._speed: dict[str, tuple[float, float]] = {}
+        self._long_prompt_speed: dict[str, tuple[float, float]] = {}   # the speeds with prompts of LONG_PROMPT_TOKENS+
         self._reply_share: dict[str, float] = {}
         self._embed_seconds: dict[str, float] = {}   # seconds per embedded piece, per embedding model
         self._lock = threading.Lock()
@@ -413,10 +421,17 @@ class Calibration:
             del samples[:-SAMPLES_KEPT]
         return None
 
-    def speed(self, model: str) -> tuple[float, float] | None:
-        """(prompt tokens/s, reply tokens/s) measured on this machine, if known."""
+    def speed(self, model: str, long_prompts: bool = False) -> tuple[float, float] | None:
+        """(prompt tokens/s, reply tokens/s) measured on this machine, if known.  ``long_prompts``: the
+        speeds with prompts of ``LONG_PROMPT_TOKENS`` or more (a chunk's): measured once such a prompt
+        was read, else the short prompts' times ``LONG_PROMPT_FACTORS`` (issue 45: a card timed at a
+        chat turn's speeds said 0.2 minutes for a run of 1.3)."""
         with self._lock:
-            return self._speed.get(model)
+            speed = self._speed.get(model)
+            if speed is None or not long_prompts:
+                return speed
+            return self._long_prompt_speed.get(model) or (speed[0] * LONG_PROMPT_FACTORS[0],
+                                                          speed[1] * LONG_PROMPT_FACTORS[1])
 
     def reply_share(self, model: str) -> float | None:
         """Smoothed share of num_predict that this model's replies used (None: not seen yet)."""
@@ -449,6 +464,10 @@ class Calibration:
         with self._lock:
             old = self._speed.get(model)
             self._speed[model] = now if old is None else tuple(0.7 * o + 0.3 * n for o, n in zip(old, now))
+            if usage.prompt_tokens >= LONG_PROMPT_TOKENS:
+                before = self._long_prompt_speed.get(model)
+                self._long_prompt_speed[model] = now if before is None else tuple(
+                    0.7 * o + 0.3 * n for o, n in zip(before, now))
 
     def _load(self) -> None:
         try:
@@ -461,10 +480,12 @@ class Calibration:
             self._reply_share = {k: min(1.0, max(0.0, float(v)))
                                  for k, v in data.get("reply_share", {}).items()}
             self._embed_seconds = {k: float(v) for k, v in data.get("embed_seconds", {}).items() if float(v) > 0}
+            self._long_prompt_speed = {k: (float(v[0]), float(v[1])) for k, v in data.get("long_prompt_speed", {}).items()
+                                       if float(v[0]) > 0 and float(v[1]) > 0}
         except (OSError, ValueError, TypeError, AttributeError, KeyError, IndexError):
             # a damaged file only costs the learning
             self._samples, self._speed, self._kinds, self._reply_share = {}, {}, {}, {}
-            self._embed_seconds = {}
+            self._embed_seconds, self._long_prompt_speed = {}, {}
 
     def _save(self) -> None:
         """Write atomically: a crash leaves the old file or the new one."""
@@ -473,7 +494,7 @@ class Calibration:
         with self._lock:
             text = json.dumps({"bytes_per_token": self._samples, "by_kind": self._kinds,
                                "speed": self._speed, "reply_share": self._reply_share,
-                               "embed_seconds": self._embed_seconds})
+                               "embed_seconds": self._embed_seconds, "long_prompt_speed": self._long_prompt_speed})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, text)
 

@@ -185,3 +185,20 @@ def test_more_chunks_never_cost_less(chunks, room, reply):
     assert b.map_calls == a.map_calls + 1
     assert b.prompt_tokens > a.prompt_tokens and b.seconds > a.seconds
     assert a.document_tokens == sum(chunks)
+
+
+def test_chunks_are_timed_at_a_long_prompts_speeds(tmp_path):
+    """Issue 45: a card timed at a chat turn's speeds said 0.2 minutes for a run of 1.3 (the 135M model read
+    665 tokens a second in chat turns, 283 in 1,500-token chunks; bench/bench_time_estimate.py)."""
+    from app.budget import LONG_PROMPT_FACTORS
+
+    path = tmp_path / "calibration.json"
+    cal = Calibration(path)
+    cal.observe("m", messages(400), final(100, generated=100, prompt_s=0.2, eval_s=1.0))      # a chat turn
+    assert cal.speed("m") == pytest.approx((500.0, 100.0))
+    assert cal.speed("m", long_prompts=True) == pytest.approx((500.0 * LONG_PROMPT_FACTORS[0],
+                                                              100.0 * LONG_PROMPT_FACTORS[1]))
+    cal.observe("m", messages(6000), final(1500, generated=200, prompt_s=6.0, eval_s=4.0))    # a chunk
+    assert cal.speed("m", long_prompts=True) == pytest.approx((250.0, 50.0))                  # its own, now
+    assert Calibration(path).speed("m", long_prompts=True) == pytest.approx((250.0, 50.0))    # kept
+    assert cal.speed("other", long_prompts=True) is None

@@ -145,6 +145,10 @@ def test_the_cards_time_row_follows_the_scope_and_says_what_it_rests_on(tmp_path
     config = dataclasses.replace(config, chunking=dataclasses.replace(config.chunking, max_chunks=3))
     live, name = session_with_file(tmp_path, scripted, make_live, "big.md", big_markdown(), "hello",
                                    config)                     # "hello": the model's speed on this machine, measured
+    from app.modelserver.base import Usage
+    # a slow machine's speeds, so the minutes show: 100 tokens read in 10 s, 100 written in 50 s
+    live.services.calibration.observe("tiny:1b", [{"content": "x" * 400}], Usage(
+        prompt_tokens=100, generated_tokens=100, seconds=60, prompt_seconds=10, generate_seconds=50))
     speed = live.services.calibration.speed("tiny:1b")
     assert speed
     live.post(f"/s/{name}/messages", data={"message": "Summarize big.md"})
@@ -153,5 +157,9 @@ def test_the_cards_time_row_follows_the_scope_and_says_what_it_rests_on(tmp_path
     card = BeautifulSoup(live.get(f"/s/{name}").text, "html.parser").select_one(".card.alert")
     time_row = " ".join(card.find("dt", string="Time").find_next("dd").get_text().split())
     assert f"for all {job.chunks} chunks" in time_row and "for the first 3" in time_row, time_row
+    # the whole run's estimate (maps, combines, the synthesis), at a long prompt's speeds
+    assert f"about {round(job.estimated_seconds / 60, 1)} minutes on this machine for all" in time_row
+    long_speed = live.services.calibration.speed("tiny:1b", long_prompts=True)
+    assert long_speed[0] < speed[0] and long_speed[1] < speed[1]
     more = " ".join(card.select_one("details.more").get_text().split())          # what it rests on, one tap away
     assert f"{round(speed[0])} tokens a second reading" in more and "corrected by each chunk" in more

@@ -210,7 +210,8 @@ def estimate_cost(sizing: Sizing, model: str, window: int, bpt: float, task: str
     return estimate_analysis(list(chunk_tokens), map_fixed_tokens=map_fixed,
                              map_reply_tokens=reply_budget(sizing, task).num_predict,
                              reduce_room_tokens=max(64, room), reduce_fixed_tokens=reduce_fixed,
-                             final_reply_tokens=config.budget.reply_tokens, speed=sizing.calibration.speed(model),
+                             final_reply_tokens=config.budget.reply_tokens,
+                             speed=sizing.calibration.speed(model, long_prompts=True),
                              reply_share=sizing.calibration.reply_share(model))
 
 
@@ -221,7 +222,7 @@ def effective_context(sizing: Sizing, model: str, window: int) -> int:
 
 def seconds_per_chunk(sizing: Sizing, model: str, size_tokens: int) -> float:
     """From the model's measured speed, once known (0 = unknown)."""
-    speed = sizing.calibration.speed(model)
+    speed = sizing.calibration.speed(model, long_prompts=True)
     if not speed:
         return 0.0
     prompt_tps, eval_tps = speed

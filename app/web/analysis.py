@@ -332,7 +332,7 @@ def retrieval_offer(job: Job) -> dict:
     svc = services()
     settings = svc.config.retrieval
     prompt = settings.passages * chunking.RETRIEVAL_SIZE_TOKENS + 300
-    speed = svc.calibration.speed(job.model)
+    speed = svc.calibration.speed(job.model, long_prompts=True)      # passages: a long prompt
     minutes = (prompt / speed[0] + svc.config.budget.reply_tokens / speed[1]) / 60 if speed else None
     cost = _index_cost(svc, job)
     model = cost.model if cost else (svc.indexer.embed_model() if svc.indexer else None)
