@@ -38,5 +38,5 @@ def test_the_synthesis_is_shown_while_it_is_written(tmp_path, scripted, make_liv
                timeout=60)
     no_horizontal_scroll(page)
     page.wait_for_selector(f"text={CLOSING}", timeout=60000)           # then the answer, in the chat
-    assert page.locator(".progress-card").count() == 0
+    wait_until(page, "document.querySelector('.progress-card') === null", timeout=60)   # the card gives way
     assert page.errors == []
