@@ -39,13 +39,18 @@ if TYPE_CHECKING:
 # Chat templates add a few tokens around every message (role markers).
 MESSAGE_OVERHEAD_TOKENS = 4
 MIN_BPT, MAX_BPT = 1.0, 8.0
-# A prompt this long is read, and its reply written, at other speeds than a chat turn's few hundred
-# tokens (attention over the whole prompt): SmolLM2-135M here read 585-665 tokens a second in short chat
-# turns and 256-283 in 1,500-token chunks, and wrote 95 a second after the first and 56-60 after the
-# second (bench/bench_time_estimate.py). Chunks are timed at a long prompt's speeds; until one is seen,
-# at the short prompts' speeds times LONG_PROMPT_FACTORS (those ratios, rounded down).
+# A prompt this long is read, and its reply written, at other speeds than a chat turn's few dozen
+# tokens (attention over the whole prompt): SmolLM2-135M here read 460-945 tokens a second in short chat
+# turns and 191-283 in 1,500-token chunks, and wrote 85-113 a second after the first and 44-60 after the
+# second (bench/bench_time_estimate.py).  Chunks are timed at a long prompt's speeds; until one is seen,
+# writing at LONG_PROMPT_FACTORS[1] of the short turns' speed, and reading at the lower of
+# LONG_PROMPT_FACTORS[0] of their reading speed (which varies twofold between runs: a few dozen tokens
+# say little) and LONG_READ_PER_WRITE times the writing speed (reading ran at 3.7-5.1 times writing in
+# long prompts here; a GPU reads far faster, where this errs long).
 LONG_PROMPT_TOKENS = 1000
 LONG_PROMPT_FACTORS = (0.4, 0.6)
+LONG_READ_PER_WRITE = 4.0
+MAP_SHARE_SUFFIX = " (map calls)"     # the key a model's map replies' share is kept under
 SAMPLES_KEPT = 15
 # An exact count of less text than this says too little about a kind (a heading, a title page).
 EXACT_SAMPLE_MIN_BYTES = 1000
@@ -378,9 +383,12 @@ class Calibration:
         self._learn_speed(model, usage)
         if num_predict and usage.generated_tokens:
             share = min(1.0, usage.generated_tokens / num_predict)
+            # a chat turn's and a map call's replies fill their budgets differently (issue 45: chat replies
+            # of a tenth of their 1,024 made the card expect map replies of a tenth of theirs): kept apart
+            key = model if kind is None else f"{model}{MAP_SHARE_SUFFIX}"
             with self._lock:
-                old = self._reply_share.get(model)
-                self._reply_share[model] = share if old is None else 0.7 * old + 0.3 * share
+                old = self._reply_share.get(key)
+                self._reply_share[key] = share if old is None else 0.7 * old + 0.3 * share
         self._save()
         return warning
 
@@ -430,13 +438,17 @@ class Calibration:
             speed = self._speed.get(model)
             if speed is None or not long_prompts:
                 return speed
-            return self._long_prompt_speed.get(model) or (speed[0] * LONG_PROMPT_FACTORS[0],
-                                                          speed[1] * LONG_PROMPT_FACTORS[1])
+            known = self._long_prompt_speed.get(model)
+            if known:
+                return known
+            write = speed[1] * LONG_PROMPT_FACTORS[1]
+            return (min(speed[0] * LONG_PROMPT_FACTORS[0], write * LONG_READ_PER_WRITE), write)
 
-    def reply_share(self, model: str) -> float | None:
-        """Smoothed share of num_predict that this model's replies used (None: not seen yet)."""
+    def reply_share(self, model: str, maps: bool = False) -> float | None:
+        """Smoothed share of num_predict that this model's replies used (None: not seen yet); ``maps``: its
+        map calls' replies (a chunk's answer), learned apart from chat turns'."""
         with self._lock:
-            return self._reply_share.get(model)
+            return self._reply_share.get(f"{model}{MAP_SHARE_SUFFIX}" if maps else model)
 
     def embed_seconds(self, model: str) -> float | None:
         """Seconds one passage piece takes to embed with ``model`` on this machine (None: no batch

@@ -90,15 +90,8 @@ def run(size: int) -> dict:
             card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
             job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)
             chunks = int(re.search(r"<dt>Chunks</dt><dd>(\d+) chunks", card).group(1))
-            started = time.monotonic()
-            live.post(f"/s/{name}/analysis/{job_id}/start",
-                      data={"instruction": "Summarize each section.", "scope": "all"})
+            wall = run_card(live, name, job_id)
             session = live.services.store.folder / f"{name}.spmd"
-            while "synthesis: model=" not in session.read_text():
-                if time.monotonic() - started > DEADLINE_S:
-                    raise SystemExit("the analysis did not finish in time")
-                time.sleep(1.0)
-            wall = time.monotonic() - started
             ran = int(re.search(r"chunk: file=topics.md, chunks=(\d+)", session.read_text()).group(1))
             doc_tokens = model_tokens(model, text)
             over = [c for c in calls if c["num_ctx"] and c["prompt"] + c["generated"] > c["num_ctx"]]
@@ -109,6 +102,19 @@ def run(size: int) -> dict:
             "prompt": sum(c["prompt"] for c in calls), "generated": sum(c["generated"] for c in calls),
             "model_s": sum(c["seconds"] for c in calls), "wall_s": wall, "over_window": len(over),
             "refused": refused, "doc_tokens": doc_tokens}
+
+
+def run_card(live, name: str, job_id: str, instruction: str = "Summarize each section.") -> float:
+    """Start the card's analysis on the whole file and wait for its synthesis in the session file (at
+    most ``DEADLINE_S``); the seconds it took."""
+    started = time.monotonic()
+    live.post(f"/s/{name}/analysis/{job_id}/start", data={"instruction": instruction, "scope": "all"})
+    session = live.services.store.folder / f"{name}.spmd"
+    while "synthesis: model=" not in session.read_text():
+        if time.monotonic() - started > DEADLINE_S:
+            raise SystemExit("the analysis did not finish in time")
+        time.sleep(1.0)
+    return time.monotonic() - started
 
 
 def model_tokens(model, text: str) -> int:

@@ -72,7 +72,8 @@ def test_the_old_file_format_loads_and_the_new_one_round_trips(tmp_path):
     again = Calibration(path)
     assert again.bytes_per_token("m") == pytest.approx(3.6)
     assert again.bytes_per_token("m", "foreign") == pytest.approx(cal.bytes_per_token("m", "foreign"))
-    assert again.reply_share("m") == pytest.approx(0.3)
+    # a map call (it carries a document's kind): its share is the map calls', not the chat turns' (issue 45)
+    assert again.reply_share("m", maps=True) == pytest.approx(0.3) and again.reply_share("m") is None
     data = json.loads(path.read_text())
     assert set(data) >= {"bytes_per_token", "by_kind", "speed", "reply_share"}
 
@@ -190,15 +191,19 @@ def test_more_chunks_never_cost_less(chunks, room, reply):
 def test_chunks_are_timed_at_a_long_prompts_speeds(tmp_path):
     """Issue 45: a card timed at a chat turn's speeds said 0.2 minutes for a run of 1.3 (the 135M model read
     665 tokens a second in chat turns, 283 in 1,500-token chunks; bench/bench_time_estimate.py)."""
-    from app.budget import LONG_PROMPT_FACTORS
+    from app.budget import LONG_PROMPT_FACTORS, LONG_READ_PER_WRITE
 
     path = tmp_path / "calibration.json"
     cal = Calibration(path)
     cal.observe("m", messages(400), final(100, generated=100, prompt_s=0.2, eval_s=1.0))      # a chat turn
     assert cal.speed("m") == pytest.approx((500.0, 100.0))
-    assert cal.speed("m", long_prompts=True) == pytest.approx((500.0 * LONG_PROMPT_FACTORS[0],
-                                                              100.0 * LONG_PROMPT_FACTORS[1]))
+    write = 100.0 * LONG_PROMPT_FACTORS[1]
+    assert cal.speed("m", long_prompts=True) == pytest.approx((min(500.0 * LONG_PROMPT_FACTORS[0],
+                                                                   write * LONG_READ_PER_WRITE), write))
     cal.observe("m", messages(6000), final(1500, generated=200, prompt_s=6.0, eval_s=4.0))    # a chunk
     assert cal.speed("m", long_prompts=True) == pytest.approx((250.0, 50.0))                  # its own, now
     assert Calibration(path).speed("m", long_prompts=True) == pytest.approx((250.0, 50.0))    # kept
     assert cal.speed("other", long_prompts=True) is None
+    # a few dozen tokens read "fast" say little: reading is held to LONG_READ_PER_WRITE times writing
+    cal.observe("n", messages(400), final(100, generated=100, prompt_s=0.05, eval_s=1.0))
+    assert cal.speed("n", long_prompts=True) == pytest.approx((write * LONG_READ_PER_WRITE, write))

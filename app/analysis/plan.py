@@ -212,7 +212,7 @@ def estimate_cost(sizing: Sizing, model: str, window: int, bpt: float, task: str
                              reduce_room_tokens=max(64, room), reduce_fixed_tokens=reduce_fixed,
                              final_reply_tokens=config.budget.reply_tokens,
                              speed=sizing.calibration.speed(model, long_prompts=True),
-                             reply_share=sizing.calibration.reply_share(model))
+                             reply_share=sizing.calibration.reply_share(model, maps=True))
 
 
 def effective_context(sizing: Sizing, model: str, window: int) -> int:
