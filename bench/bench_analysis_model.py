@@ -19,6 +19,7 @@ bench/RESULTS.md (LABEL: e.g. "before #14").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 import tempfile
@@ -72,32 +73,40 @@ class _Iterable:
         return getattr(self._stream, name)
 
 
-def run(size: int) -> dict:
+@contextlib.contextmanager
+def topics_app(text: str):
+    """The bundled model (one thread) and the app under waitress against it, ``text`` in its workspace as
+    topics.md: (model, live); both closed at the end."""
     from harvey_demo import server as demo_server
 
     if not demo_server.model_available():
         raise SystemExit(demo_server.INSTALL_HINT)
-    text = pydoc_markdown(size)
     with demo_server.DemoServer(threads=1) as model, tempfile.TemporaryDirectory() as tmp:
         live = live_app(Path(tmp), model.url, model_server=_ollama(model))
         try:
             workspace = Path(live.config.workspace)
             workspace.mkdir(parents=True, exist_ok=True)
             (workspace / "topics.md").write_text(text)
-            calls: list = []
-            record_calls(live.services.models, calls)
-            name = live.open_session()
-            card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
-            job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)
-            chunks = int(re.search(r"<dt>Chunks</dt><dd>(\d+) chunks", card).group(1))
-            wall = run_card(live, name, job_id)
-            session = live.services.store.folder / f"{name}.spmd"
-            ran = int(re.search(r"chunk: file=topics.md, chunks=(\d+)", session.read_text()).group(1))
-            doc_tokens = model_tokens(model, text)
-            over = [c for c in calls if c["num_ctx"] and c["prompt"] + c["generated"] > c["num_ctx"]]
-            refused = "context" in session.read_text().lower() and "exceed" in session.read_text().lower()
+            yield model, live
         finally:
             close_quietly(live)
+
+
+def run(size: int) -> dict:
+    text = pydoc_markdown(size)
+    with topics_app(text) as (model, live):
+        calls: list = []
+        record_calls(live.services.models, calls)
+        name = live.open_session()
+        card = live.post(f"/s/{name}/messages", data={"message": "Summarize each section of topics.md"}).text
+        job_id = re.search(r'id="job-([0-9a-f]+)"', card).group(1)
+        chunks = int(re.search(r"<dt>Chunks</dt><dd>(\d+) chunks", card).group(1))
+        wall = run_card(live, name, job_id)
+        session = live.services.store.folder / f"{name}.spmd"
+        ran = int(re.search(r"chunk: file=topics.md, chunks=(\d+)", session.read_text()).group(1))
+        doc_tokens = model_tokens(model, text)
+        over = [c for c in calls if c["num_ctx"] and c["prompt"] + c["generated"] > c["num_ctx"]]
+        refused = "context" in session.read_text().lower() and "exceed" in session.read_text().lower()
     return {"bytes": len(text.encode()), "chunks": chunks, "ran": ran, "calls": len(calls),
             "prompt": sum(c["prompt"] for c in calls), "generated": sum(c["generated"] for c in calls),
             "model_s": sum(c["seconds"] for c in calls), "wall_s": wall, "over_window": len(over),

@@ -17,49 +17,38 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import close_quietly, live_app, machine, pydoc_markdown  # noqa: E402
-from bench_analysis_model import _ollama, fit_bytes, run_card  # noqa: E402
+from _harness import machine, pydoc_markdown  # noqa: E402
+from bench_analysis_model import fit_bytes, run_card, topics_app  # noqa: E402
 
 WARM_UP = ("Hello!", "What is a Raspberry Pi?", "Name three fruits.")
 
 
 def run(chunks: int) -> dict:
-    from harvey_demo import server as demo_server
     from app.analysis import plan
 
-    if not demo_server.model_available():
-        raise SystemExit(demo_server.INSTALL_HINT)
     text = pydoc_markdown(fit_bytes(chunks))
-    with demo_server.DemoServer(threads=1) as model, tempfile.TemporaryDirectory() as tmp:
-        live = live_app(Path(tmp), model.url, model_server=_ollama(model))
-        try:
-            workspace = Path(live.config.workspace)
-            workspace.mkdir(parents=True, exist_ok=True)
-            (workspace / "topics.md").write_text(text)
-            name = live.open_session()
-            for message in WARM_UP:
-                live.post(f"/s/{name}/messages", data={"message": message})
-                gen = live.services.activities.last(name)
-                if gen is not None and not gen.wait_ended(600):
-                    raise SystemExit("a warm-up reply did not end")
-            before = live.services.calibration.speed(model.model_name)
-            live.post(f"/s/{name}/analysis/direct", data={"file": "topics.md"})      # the card, whatever fits
-            job = live.services.jobs.open_for(name)
-            # what the card's Time row says: the plan's whole estimate (main: the map calls alone)
-            card_s = job.estimated_seconds or job.seconds_per_chunk * job.chunks
-            maps_s = job.seconds_per_chunk * job.chunks
-            wall = run_card(live, name, job.id)
-            after = live.services.calibration.speed(model.model_name)
-            # the same estimate at the speeds the run measured (the map calls' share scaled, the rest with it)
-            per_chunk_now = plan.seconds_per_chunk(live.services.sizing, model.model_name, job.size_tokens)
-            corrected = card_s * (per_chunk_now * job.chunks) / maps_s if maps_s else 0.0
-            per_chunk = job.chunk_seconds()
-        finally:
-            close_quietly(live)
+    with topics_app(text) as (model, live):
+        name = live.open_session()
+        for message in WARM_UP:
+            live.post(f"/s/{name}/messages", data={"message": message})
+            gen = live.services.activities.last(name)
+            if gen is not None and not gen.wait_ended(600):
+                raise SystemExit("a warm-up reply did not end")
+        before = live.services.calibration.speed(model.model_name)
+        live.post(f"/s/{name}/analysis/direct", data={"file": "topics.md"})      # the card, whatever fits
+        job = live.services.jobs.open_for(name)
+        # what the card's Time row says: the plan's whole estimate (main: the map calls alone)
+        card_s = job.estimated_seconds or job.seconds_per_chunk * job.chunks
+        maps_s = job.seconds_per_chunk * job.chunks
+        wall = run_card(live, name, job.id)
+        after = live.services.calibration.speed(model.model_name)
+        # the same estimate at the speeds the run measured (the map calls' share scaled, the rest with it)
+        per_chunk_now = plan.seconds_per_chunk(live.services.sizing, model.model_name, job.size_tokens)
+        corrected = card_s * (per_chunk_now * job.chunks) / maps_s if maps_s else 0.0
+        per_chunk = job.chunk_seconds()
     return {"chunks": job.chunks, "card_s": card_s, "wall_s": wall, "before": before, "after": after,
             "corrected_s": corrected, "per_chunk_run": per_chunk, "per_chunk_card": card_s / max(1, job.chunks),
             "load": os.getloadavg()[0]}
