@@ -92,7 +92,7 @@ def computed_notes(job: Job) -> list[str]:
     if job.coverage:
         out.append(notes.coverage(job.coverage))
     if job.way == "retrieve" and job.state == "done":
-        minutes = (job.estimated_seconds or job.seconds_per_chunk * job.chunks) / 60 if job.seconds_per_chunk else None
+        minutes = job.run_seconds() / 60 if job.seconds_per_chunk else None
         out.append(notes.answerable(job.rag_answerable, {"chunks": job.chunks, "calls": job.estimated_calls,
                                                          "minutes": round(minutes, 1) if minutes else None}))
     if job.replaces:
