@@ -7,6 +7,7 @@ be right, typed, only what was asked, and never overrule a right answer (issue 4
 the pure parts; the analysis calls them and the record keeps their results as notes (``notes``),
 shown at view time:
 
+* ``chat_list``: whether a chat message about a file that fits asks for its items (the list path, issue 45);
 * ``list_target`` and ``asked``: whether an instruction asks for a list, a count ("how many", "every
   X"), a total ("total", "net", "how much") or an average, and of what; the words that decided it are
   kept and shown (a guess the user sees, and edits on the card's "List every" field);
@@ -47,7 +48,8 @@ _TARGET = re.compile(
     r"|\blist\s+(?:the\s+)?)"
     r"(?P<what>[^.?!;:\n]{2,80})", re.I)
 _TAIL = re.compile(r"\s+(?:(?:that|which|who)\s+(?:are|is|were|was)\s+)?(?:are|is|were|was|do|does|did|appear\w*|"
-                   r"there|in|on|from|of|mentioned|listed|named|given|found|the\s+file|this|that)\b.*$", re.I)
+                   r"there|in|on|from|of|mentioned|listed|named|given|found|defined|declared|used|imported|recorded|"
+                   r"the\s+file|this|that)\b.*$", re.I)
 _LEAD = re.compile(r"^(?:the|all|every|each|of)\s+", re.I)
 
 
@@ -130,6 +132,122 @@ def asked(instruction: str, list_of: str | None = None) -> Ask:
             return Ask(op, target, " ".join(m.group(0).split()).lower())
     plain = _PLAIN_LIST.search(instruction)
     return Ask("list", target, " ".join(plain.group(0).split()).lower() if plain else "list")
+
+
+# -- a chat message on the list path (issue 45) -------------------------------------------------------
+
+# Questions about the file as a file ("how many lines does app.log have?"): no items to list.
+_FILE_AS_FILE = {"line", "lines", "word", "words", "character", "characters", "chars", "token", "tokens", "page",
+                 "pages", "byte", "bytes", "paragraph", "paragraphs", "sentence", "sentences", "letters"}
+# Lists the model writes from its reading rather than items the file holds ("list the main ideas", "the pros
+# and cons", "the differences between"): plain chat answers them, unless the question asks for every one.
+_MODEL_LISTS = {"idea", "ideas", "point", "points", "takeaway", "takeaways", "theme", "themes", "difference",
+                "differences", "reason", "reasons", "lesson", "lessons", "argument", "arguments", "pros", "cons",
+                "advantages", "disadvantages", "benefits", "steps", "highlights", "insights", "conclusions",
+                "findings", "suggestions", "questions", "topics", "things", "options", "improvements", "ways",
+                "strengths", "weaknesses", "similarities", "tips", "changes", "problems", "issues", "risks"}
+_JUDGED = re.compile(r"^(?:(?:the\s+)?(?:main|key|important|most\s+\w+|top|best|biggest|major|core|central|"
+                     r"essential|relevant|notable|interesting|\d+|two|three|four|five|six|seven|ten|few)\s+)+", re.I)
+_STATED = re.compile(r"\b(?:stated|quoted|given|written|printed|say|says|said|state|states)\b", re.I)
+_TYPOS = ((re.compile(r"\bwhats\b", re.I), "what's"), (re.compile(r"\bwich\b", re.I), "which"),
+          (re.compile(r"\b(?<=\w\s)r\b(?=\s+(?:in|on|there|listed|mentioned)\b)", re.I), "are"))
+# Requests to do something with the file (check it, explain it, make something of it) and yes-or-no questions
+# ("is the total correct?", "can I count on these numbers?"): plain chat, whatever words follow.
+_NOT_A_LIST = re.compile(r"^\W*(?:(?:(?:can|could|would)\s+you|please|pls)\s+)?(?:check|explain|describe|fix|review|"
+                         r"rewrite|translate|verify|improve|test|write|make|draft|summar\w*|comment|critique|evaluate|"
+                         r"compare|convert|refactor|walk\s+me\s+through)\b"
+                         r"|\b(?:and|then)\s+(?:explain|describe|tell\s+me\s+(?:what|how|why))\b"
+                         r"|^\W*total\s+\w+(?:\s+\w+)?\s*[:,!]"
+                         r"|^\W*(?:is|are|was|were|does|do|did|should|shall|has|have|can\s+(?:i|we)|could\s+(?:i|we))\b",
+                         re.I)
+# A target that is no item of the file: a preposition ("count on the numbers"), a pronoun ("count me in"),
+# the model's own ("list your assumptions"), how often ("how many times a day")
+_PREPOSITION = re.compile(r"^(?:in|on|from|of|at|to|for|with|about|by|into|me|you|us|it|them|your|yours|times)\b",
+                          re.I)
+_NOT_PLURAL = {"is", "was", "has", "does", "this", "its", "his", "us", "yes", "always", "perhaps", "sometimes",
+               "across", "less", "unless", "thus", "as", "ones", "your"}
+_PLURAL = r"(?P<what>(?:[a-z][\w-]*\s+)?[a-z][\w-]*s)"
+# What a chat message says that a card's instruction seldom does: "what countries appear in…", "which IP
+# addresses show up…", "tell me which cities we stop in…", "what ingredients do I need…", "what are the flight
+# numbers in…", "pull out the action items…", "name the keynote speakers…", "every email address that…",
+# "who attended…", "sum up the amounts…", "average star rating across…".
+_CHAT_LISTS = (
+    re.compile(r"\b(?:what|which)\s+" + _PLURAL + r"\s+(?:appear|show|occur|are|were|is|do|does|did|have|has|"
+               r"we|i|you|they|get|got)\b", re.I),
+    re.compile(r"\bwhat\s+are\s+(?:the\s+|all\s+(?:of\s+)?(?:the\s+)?)?" + _PLURAL
+               + r"\s+(?:in|on|from|of|listed|mentioned|named|recorded|used|defined|given)\b", re.I),
+    re.compile(r"\b(?:pull\s+out|pick\s+out|extract|enumerate|grab|name|list)\s+(?:the\s+|all\s+(?:of\s+)?(?:the\s+)?|"
+               r"every\s+)?" + _PLURAL + r"\b", re.I),
+    re.compile(r"\b(?:every|all\s+(?:of\s+)?the)\s+(?P<what>[a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s+(?:that|which|in|from|"
+               r"mentioned|listed|named|on)\b", re.I),
+    re.compile(r"^\W*(?:what|which)\s+" + _PLURAL + r"\s+(?:does|do|did)\s+\S+\s+(?:define|declare|contain|import|"
+               r"export|use|have|mention|list|name|hold|include|call)\b", re.I),
+)
+_WHO = re.compile(r"\bthe\s+names\s+of\s+(?:every(?:one|body)|all)\b|\bwho\s+(?:attended|came|took\s+part|participated|(?:was|were)\s+(?:at|present|there|invited))\b",
+                  re.I)
+_FIGURE_FIRST = re.compile(r"^\W*(?:the\s+)?(?P<op>average|mean|median|total|sum)\s+(?!up\b)(?:[a-z][\w-]*\s+){0,3}"
+                           r"(?:of|across|in|for|over|from|per)\b", re.I)
+_SUM_UP = re.compile(r"^\W*(?:sum|add)\s+up\s+(?:the\s+|all\s+(?:of\s+)?(?:the\s+)?)?" + _PLURAL + r"\b", re.I)
+_DOCUMENT_PARTS = {"results", "notes", "minutes", "sections", "chapters", "contents", "documents", "papers",
+                   "articles", "discussions", "meetings", "comments", "reviews", "emails", "messages", "events"}
+
+
+def chat_list(message: str) -> Ask:
+    """Whether a chat message about a file that fits the window asks for the file's items listed, counted,
+    totalled or averaged (issue 45): then one model call lists them from the whole file and the app counts
+    them, as for a large file.  The app's one guess of this, measured on ``tests/data/chat_lists``
+    (``test_chat_lists``): the answer shows it and "Answer in chat instead" undoes it in one tap.
+
+    ``asked`` decides, with what a chat message adds: requests to do something with the file and yes-or-no
+    questions are none; a question about the file as a file ("how many lines", no items) is none; a list
+    the model writes rather than one the file holds ("the main ideas", "the pros and cons") is none unless
+    every one is asked for; a figure the file states ("the total cost stated", "how many hours does it
+    say") is none; and the ways a chat message asks for a list that a card's instruction seldom uses."""
+    for typo, right in _TYPOS:
+        message = typo.sub(right, message)
+    if _NOT_A_LIST.search(message):
+        return Ask("none")
+    ask = asked(message)
+    if ask.op == "none":
+        return _chat_only(message)
+    target = ask.target.lower()
+    if target in _FILE_AS_FILE or "," in target or _PREPOSITION.match(target) or target in _NOT_PLURAL:
+        return _chat_only(message)
+    judged = _JUDGED.match(target)
+    head = target[judged.end():] if judged else target
+    if ask.op == "list" and (judged or not head.split() or head.split()[0] in _MODEL_LISTS):
+        return Ask("none")
+    if ask.op in ("total", "average", "count") and _STATED.search(message) and not _EVERY.search(message):
+        return Ask("none")
+    return ask
+
+
+def _chat_only(message: str) -> Ask:
+    """The list a chat message asks for in words ``asked`` does not read (``_CHAT_LISTS``, ``_WHO``,
+    ``_FIGURE_FIRST``, ``_SUM_UP``); none when it asks for none, or for a list the model writes."""
+    if (m := _FIGURE_FIRST.match(message)):
+        op = m["op"].lower()
+        return Ask("average" if op in ("average", "mean", "median") else "total", "amounts",
+                   " ".join(m.group(0).split()).lower())
+    if (m := _SUM_UP.match(message)) and m["what"].lower().split()[-1] not in _DOCUMENT_PARTS | _MODEL_LISTS:
+        return Ask("total", m["what"].lower(), " ".join(m.group(0).split()).lower())
+    if (m := _WHO.search(message)):
+        return Ask("list", "people", " ".join(m.group(0).split()).lower())
+    for pattern in _CHAT_LISTS:
+        m = pattern.search(message)
+        if m is None:
+            continue
+        what = m["what"].lower()
+        words = what.split()
+        if words[-1] in _NOT_PLURAL or words[0] in _NOT_PLURAL or _JUDGED.match(what) or words[-1] in _MODEL_LISTS \
+                or what in _FILE_AS_FILE:
+            continue
+        every = bool(_EVERY.search(m.group(0)))
+        if words[-1].endswith("ss") and not every:      # "which class", "what address": one, not a list
+            continue
+        op = "count" if every else "list"
+        return Ask(op, what, " ".join(m.group(0).split()).lower())
+    return Ask("none")
 
 
 # -- the items of a list -----------------------------------------------------------------------
@@ -511,6 +629,36 @@ def plural(target: str, n: int) -> str:
     return target + ("es" if target.endswith(("sh", "ch", "x", "z")) else "s")
 
 
+LIST_REPLY_ITEMS = 200      # items a list answer in the chat writes out (the table holds them all)
+
+
+def list_reply(items: list[dict], target: str, file: str, cut: int = 0) -> str:
+    """The answer to a list question on a file read in one call (issue 45): the items the model listed,
+    each with the file's line and the value the app read, in the file's order; no model wrote these
+    words, so they claim nothing the items do not show (the count and totals are the figures' lines)."""
+    n = len(items)
+    if not n:
+        return f"The model found no {plural(target or 'item', 2)} in `{file}`."
+    lines = [f"The {plural(target or 'item', n)} the model found in `{file}`:", ""]
+    for it in items[:LIST_REPLY_ITEMS]:
+        value = it.get("value")
+        amount = f": {amount_text(value, it.get('unit') or '')}" if isinstance(value, (int, float)) else ""
+        where = f" (line {it['line']:,})" if it.get("line") else ""
+        lines.append(f"- {_markdown_safe(it.get('text') or it.get('quote') or '')}{amount}{where}")
+    more = n - LIST_REPLY_ITEMS + cut
+    if more > 0:
+        lines += ["", f"… and {more:,} more: the table below holds every one."]
+    return "\n".join(lines)
+
+
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>#|])")
+
+
+def _markdown_safe(text: str) -> str:
+    """An item's words as literal text in a Markdown list (a `*` or `_` in a name is no emphasis)."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(text.split()))
+
+
 def count_line(count: int, target: str, total: float | None, valued: int, stated: int | None, cut: int) -> str:
     """The count line of an answer recorded before issue 40 (its ``chunk-count`` note has no "op")."""
     line = f"{count:,} {plural(target or 'item', count)}" + (f" (and {cut:,} more not kept)" if cut else "")
@@ -528,7 +676,7 @@ def figure_lines(summary: dict) -> list[tuple[str, str]]:
     op, target, count = summary.get("op"), summary.get("target") or "item", int(summary.get("count") or 0)
     read, chunks = int(summary.get("read") or 0), int(summary.get("chunks") or 0)
     where = (f"in the {read:,} of {chunks:,} chunks read" if read < chunks else
-             f"in all {chunks:,} chunk{'s' if chunks != 1 else ''} of the file") if chunks else "in the file"
+             f"in all {chunks:,} chunks of the file" if chunks > 1 else "in the whole file") if chunks else "in the file"
     things = plural(target, count)
     lines: list[tuple[str, str]] = []
     states = summary.get("file_states") or []

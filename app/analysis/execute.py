@@ -357,7 +357,11 @@ class Execution:
         missing = [i + 1 for i in range(job.file_chunks)
                    if job.results.get(i) is None or job.results[i].status != "ok"]
         computed = self._computed(job, doc, answered, relevant)
-        if not relevant:
+        if job.in_chat and job.list_of:
+            # a list question on a file that fits (issue 45): the one map call's items are the answer,
+            # written by the app (no synthesis call: on a Pi, the model's time is the cost)
+            answer = answers.list_reply(job.items, job.list_of, job.file, job.items_cut)
+        elif not relevant:
             answer = (f"No chunk of {job.file} had anything relevant to the instruction ({len(answered)} "
                       f"chunk{'s' if len(answered) != 1 else ''} read), so nothing was synthesized.")
         else:
@@ -365,7 +369,7 @@ class Execution:
             if answer is None:
                 return
         figures = job.figures
-        if figures and relevant:        # the model's own figure, read from its words (never rewritten)
+        if figures and relevant and not job.in_chat:    # the model's own figure, from its words (never rewritten)
             figures = {**figures, "model_says": answers.model_figure(answer, figures, job.task)}
         answer += record.coverage_note(job)
         self.steps.transition(job, "done", expect="synthesizing", answer=answer, finished=time.time(), figures=figures)

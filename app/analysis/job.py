@@ -222,6 +222,9 @@ class Job:
     # whole-file read that replaces a passages answer, that answer's words (kept in the record).
     rag_answerable: bool = True
     replaces: str = ""
+    # Issue 45: a list, count or total question asked in the chat of a file that fits the window: started
+    # without a card, the whole file in one map call, the app's list the answer (no synthesis call).
+    in_chat: bool = False
 
     @property
     def asked(self) -> str:

@@ -27,7 +27,8 @@ COUNT_IN_REQUEST_BYTES = 1 * 2**20   # a text counted exactly while the card is 
 PACK_COUNTED_MAX_CHARS = 16 * 2**20
 
 
-def plan(sizing: Sizing, file: str, model: str, instruction: str, bpt: float | None = None) -> dict:
+def plan(sizing: Sizing, file: str, model: str, instruction: str, bpt: float | None = None,
+         whole: bool = False) -> dict:
     """The plan's job fields for ``file`` analysed by ``model``.
 
     Chunks are sized with the calibration for this kind of text (Markdown and
@@ -36,9 +37,10 @@ def plan(sizing: Sizing, file: str, model: str, instruction: str, bpt: float | N
     time and call count come from ``budget.estimate_analysis``.  The file is read
     once; a file whose text would be larger than ``PLAN_READ_BYTES`` is not read
     at all: the card shows an estimate (``estimated``) and the worker plans it
-    exactly when the run starts (``exact``), so a request never holds a huge text.  ``bpt``: the bytes per
-    token an earlier read was cut with (reading the rest of a partial answer cuts the same chunks).
-    """
+    exactly when the run starts (``exact``), so a request never holds a huge text.  ``bpt``: the bytes
+    per token an earlier read was cut with (reading the rest of a partial answer cuts the same chunks).
+    ``whole``: chunks as large as a map request's room, not the configured size (a list question on a
+    file that fits: one call, issue 45)."""
     config = sizing.config
     window = context_window(config, model, sizing.models.window(model), sizing.models.memory_window(model))
     path = Workspace(config.workspace_path).resolve(file).path
@@ -54,7 +56,7 @@ def plan(sizing: Sizing, file: str, model: str, instruction: str, bpt: float | N
     text_kind = calibration_kind(first.kind, first.text)
     bpt = bpt or sizing.calibration.bytes_per_token(model, text_kind, conservative=True)
     task = without_directive(instruction)
-    doc = chunking.with_settings(first, settings(sizing, model, window, bpt, task, counter))
+    doc = chunking.with_settings(first, settings(sizing, model, window, bpt, task, counter, whole=whole))
     if counter is not None:
         doc = chunking.with_counter(doc, counter)
     planned = _chunks_of(doc)
@@ -156,8 +158,10 @@ def reply_budget(sizing: Sizing, task: str):
     return map_reply_budget(task, cap=sizing.config.chunking.map_reply_tokens)
 
 
-def settings(sizing: Sizing, model: str, window: int, bpt: float, task: str, counter=None) -> chunking.ChunkSettings:
-    """Chunk size from the config, shrunk if a map request would not fit the window.
+def settings(sizing: Sizing, model: str, window: int, bpt: float, task: str, counter=None,
+             whole: bool = False) -> chunking.ChunkSettings:
+    """Chunk size from the config, shrunk if a map request would not fit the window (``whole``: all
+    the window's room, the config's size aside).
 
     The map reply is reserved at the configured cap (not the shorter budget a summary
     gets), so an instruction edited on the card to "translate..." still fits.  With the
@@ -167,7 +171,7 @@ def settings(sizing: Sizing, model: str, window: int, bpt: float, task: str, cou
     effective = effective_context(sizing, model, window)
     fixed = (counted_map_fixed(sizing, model, task, counter, effective) if counter is not None
              else map_fixed_tokens(sizing, task, bpt, effective))
-    size = max(64, min(config.chunking.chunk_size_tokens, effective - fixed))
+    size = max(64, effective - fixed if whole else min(config.chunking.chunk_size_tokens, effective - fixed))
     return chunking.ChunkSettings(size_tokens=size, overlap=config.chunking.overlap, bytes_per_token=bpt)
 
 

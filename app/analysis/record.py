@@ -20,6 +20,7 @@ from datetime import datetime
 from .. import chunking
 from ..sessions import fountain, notes
 from ..sessions.store import SessionNotFound
+from . import answers
 from .job import Job
 from .mapreduce import ranges
 
@@ -89,7 +90,7 @@ def computed_notes(job: Job) -> list[str]:
             out.append(notes.count(job.list_of, total, sum(values) if values else None, len(values), job.stated,
                                    job.items_cut))
     out += [notes.conflict(v) for v in job.versions]
-    if job.coverage:
+    if job.coverage and not (job.in_chat and not job.unread):     # (a list read whole: the notice says so)
         out.append(notes.coverage(job.coverage))
     if job.way == "retrieve" and job.state == "done":
         minutes = job.run_seconds() / 60 if job.seconds_per_chunk else None
@@ -97,6 +98,8 @@ def computed_notes(job: Job) -> list[str]:
                                                          "minutes": round(minutes, 1) if minutes else None}))
     if job.replaces:
         out.append(notes.replaces(job.replaces))
+    if job.in_chat:
+        out.append(notes.in_chat(job.list_of))
     if partial(job):
         out.append(notes.partial({"job": job.id, "bpt": job.bytes_per_token, "per_chunk": round(job.chunk_seconds(), 1)}))
     return out
@@ -128,6 +131,14 @@ def passages(job: Job) -> dict[int, fountain.CitedPassage]:
                                             pages=(r.pages[0], r.pages[1]) if r.pages else None, heading=r.section,
                                             quotes=r.quotes)
     return out
+
+
+def in_chat_line(job: Job) -> str:
+    """The answer's notice when the app took a chat message for a list question (issue 45): what it read the
+    message as, and what it did about it (the answer's "Answer in chat instead" undoes it)."""
+    calls = "one model call" if job.model_calls == 1 else f"{job.model_calls} model calls"
+    return (f"Read as a list question: {calls} listed the {answers.plural(job.list_of, 2)} in {job.file}, read "
+            "whole, and the app counted them.")
 
 
 def relevant_line(job: Job) -> str:
@@ -175,12 +186,14 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
                                              job.model_seconds)
             if job.way == "retrieve":
                 turn.notes.append(notes.notice(rag_line(job)))
+            elif job.in_chat:
+                turn.notes.append(notes.notice(in_chat_line(job)))
             else:
                 turn.notes.append(notes.notice(relevant_line(job)))
-            if job.coverage:
+            if job.coverage and not (job.in_chat and not job.unread):     # (a list read whole says so)
                 turn.notes.append(notes.notice(f"Coverage: {job.coverage}."))
             turn.notes.append(notes.notice(
-                f"{'Retrieval answer' if job.way == 'retrieve' else 'Chunk analysis'}: {job.model_calls} model call{'s' if job.model_calls != 1 else ''}, {job.prompt_tokens:,} prompt tokens, "
+                f"{'Retrieval answer' if job.way == 'retrieve' else 'List' if job.in_chat else 'Chunk analysis'}: {job.model_calls} model call{'s' if job.model_calls != 1 else ''}, {job.prompt_tokens:,} prompt tokens, "
                 f"{job.generated_tokens:,} generated tokens, {job.model_seconds:.0f} s of model time."))
 
     store.update_turn(job.session, job.turn, add, expect=job.asked)

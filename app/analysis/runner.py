@@ -270,6 +270,28 @@ class JobRunner:
             turn.notes.append(notes.notice(f"also too large for the context: {others} (analyse them from the file list)"))
         return job
 
+    def list_in_chat(self, session: str, index: int, turn: fountain.Turn, prepared, ask) -> Job:
+        """A list, count or total question in the chat about a file that fits (issue 45): the list path
+        without a card, started at once: the whole file in one map call (``plan(whole=True)``), the items
+        the model lists counted by the app, which writes the answer (no synthesis call).  ``ask``: the
+        guess (``answers.chat_list``) that took it there, kept on the job for the answer to show and undo."""
+        wf = prepared.files[0].file
+        fields = plan.plan(self.sizing, wf.name, prepared.model, prepared.prompt, whole=True)
+        job = self.propose(session, index, wf.name, turn.user_text, prepared.model,
+                           remaining=prepared.budget.remaining, fields=fields)
+        try:
+            self.transition(job, "queued", expect="proposed", selected=job.chunks, scope="all",
+                                    agreed=job.chunks, instruction=prepared.prompt, list_of=ask.target[:120],
+                                    in_chat=True, message="", synthesis="")
+        except BaseException:
+            self.discard(job)
+            raise
+        return job
+
+    def submit(self, job: Job) -> None:
+        """Queue a job already moved to "queued" (``list_in_chat``, once its turn is written)."""
+        self._submit(job)
+
     def propose(self, session: str, turn: int, file: str, user_text: str, model: str, remaining: int,
                 turn_text: str | None = None, fields: dict | None = None) -> Job:
         """Plan the chunks of ``file`` for the card (``fields``: planned already, outside the

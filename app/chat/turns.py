@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from markupsafe import escape
 
-from ..analysis import plan
+from ..analysis import answers, plan
 from ..analysis.job import InvalidTransition
 from ..errors import Conflict, HarveyError, ModelError
 from ..modelserver import Cancelled
@@ -95,16 +95,18 @@ def resend(svc, name: str, turn: int, model: str | None = None, text: str | None
                             allow_missing=allow_missing)
 
 
-def regenerate(svc, name: str, turn: int, model: str | None = None, read_files: bool = True) -> Outcome:
+def regenerate(svc, name: str, turn: int, model: str | None = None, read_files: bool = True,
+               as_list: bool = True) -> Outcome:
     """Ask the last message again (with ``model``): a new turn that replaces it in the history.
-    ``read_files`` False: without the files its words name (the file chips' one tap, issue 41)."""
+    ``read_files`` False: without the files its words name (the file chips' one tap, issue 41);
+    ``as_list`` False: a plain chat answer where the app took the message for a list question (issue 45)."""
     with svc.store.lock(name):
         svc.activities.check_free(name)
         session = svc.store.load(name)
         if turn != len(session.turns) - 1 or not session.turns[turn].user_text:
             raise Conflict("Only the last reply can be regenerated; this one is no longer the last.")
         return _send_locked(svc, session, session.turns[turn].user_text, model, notes.retry(edited=False),
-                            read_files=read_files)
+                            read_files=read_files, as_list=as_list)
 
 
 def _declined(svc, job) -> bool:
@@ -181,8 +183,10 @@ def _prepared(svc, session: Session, rest: str, model: str, retrying: bool, read
 
 
 def _send_locked(svc, session: Session, text: str, model: str | None, retry_note: str | None = None,
-                 ready: _Ready | None = None, allow_missing: bool = False, read_files: bool = True) -> Outcome:
-    """Under the session's lock: route, budget, then record the turn once and start its work."""
+                 ready: _Ready | None = None, allow_missing: bool = False, read_files: bool = True,
+                 as_list: bool = True) -> Outcome:
+    """Under the session's lock: route, budget, then record the turn once and start its work.
+    ``as_list`` False: a list question on a file that fits is answered in the chat (the list path's undo)."""
     name = session.name
     model = model or session_model(svc.sizing, session)
     turn = fountain.Turn(when=prepare.now(), user_text=text, model=model, reply=None)
@@ -205,13 +209,17 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         turn.notes.append(notes.included([(f.file.name, f.tokens) for f in prepared.files]))
     if prepared.skipped:
         turn.notes.append(notes.offer_chunks(prepared.skipped))
-    if prepared.overflow:
-        job = svc.jobs.overflow(name, index, turn, prepared)     # takes the session for the card
+    listing = _list_question(prepared) if as_list else None
+    if prepared.overflow or listing is not None:
+        job = (svc.jobs.overflow(name, index, turn, prepared) if prepared.overflow    # takes the session for the card
+               else svc.jobs.list_in_chat(name, index, turn, prepared, listing))
         try:
             session, index = svc.store.append_turn(name, turn)
         except BaseException:
             svc.jobs.discard(job)         # no turn behind it: the card goes, the session is free
             raise
+        if listing is not None:
+            svc.jobs.submit(job)          # its turn is written: the list is read now, no card
         return Outcome(session, index, turn, model, job=job)
     gen = Generation(svc.activities.new_id(), name, index, model)
     svc.activities.begin(name, "reply", index, gen)
@@ -222,6 +230,16 @@ def _send_locked(svc, session: Session, text: str, model: str | None, retry_note
         raise
     _start_reply(svc, gen, turn, prepared)
     return Outcome(session, index, turn, model, reply=gen)
+
+
+def _list_question(prepared: prepare.Prepared):
+    """The list the message asks of the one file it reads whole (issue 45: a list, count or total
+    question gets the list path whatever the file's size), or None: no such question, several files
+    or none, or a file not read (missing, left out).  ``answers.chat_list`` is the guess."""
+    if len(prepared.files) != 1 or prepared.skipped or prepared.missing:
+        return None
+    ask = answers.chat_list(prepared.prompt)
+    return ask if ask.op != "none" and ask.target else None
 
 
 def _refused(svc, name: str, turn: fountain.Turn, exc: HarveyError) -> Outcome:

@@ -278,6 +278,12 @@ def replaces(answer: str) -> str:
     return "chunk-replaces: " + _packed({"answer": answer})
 
 
+def in_chat(target: str) -> str:
+    """``chunk-in-chat: {"target": "functions"}``: the app took the chat message for a list question about a
+    file that fits and answered it on the list path (issue 45); the answer offers a plain chat answer."""
+    return "chunk-in-chat: " + _packed({"target": target})
+
+
 @dataclass
 class Computed:
     """The computed notes of one CHUNK ANALYSIS scene, read back."""
@@ -290,6 +296,7 @@ class Computed:
     cost: dict | None = None          # the whole-file read's cost a Self-Route offer shows
     replaced: str = ""
     partial: dict | None = None       # the answer rests on part of its file: {"job", "bpt"} (read the rest)
+    in_chat: dict | None = None       # a chat message taken for a list question: {"target"} (issue 45)
 
 
 def read_computed(notes_: list[str]) -> Computed:
@@ -317,4 +324,6 @@ def read_computed(notes_: list[str]) -> Computed:
             out.replaced = (_unpacked(rest) or {}).get("answer", "")
         elif head == "chunk-partial":
             out.partial = _unpacked(rest)
+        elif head == "chunk-in-chat":
+            out.in_chat = _unpacked(rest) or {}
     return out

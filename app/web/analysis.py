@@ -271,7 +271,7 @@ def _card_context() -> dict:
             "retrieval_offer": retrieval_offer, "computed": computed, "question_kind": question_kind,
             "waits_for": waits_for, "writing": runner.writing, "markdown": markdown, "estimated_why": estimated_why,
             "list_target": lambda text: answers.list_target(without_directive(text or "")),
-            "model_speed": services().calibration.speed}
+            "model_speed": services().calibration.speed, "plural": answers.plural}
 
 
 def estimated_why(model: str, text_kind: str = "", bytes_per_token: float = 0.0) -> str:
@@ -435,6 +435,7 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
                         f"the {read:,} read are not read again)"}
     return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
             "offer": offer, "rest": rest, "replaced": found.replaced, "op": (c or {}).get("op", ""),
+            "in_chat": found.in_chat is not None,
             "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
 
 

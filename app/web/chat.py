@@ -197,11 +197,13 @@ def resend(name: str, turn: int):
 
 @bp.post("/s/<name>/turns/<int:turn>/regenerate")
 def regenerate(name: str, turn: int):
-    """Ask the last message again (with the model picked now): a new turn that replaces it in the history."""
+    """Ask the last message again (with the model picked now): a new turn that replaces it in the history.
+    ``files=0``: without the files its words name; ``list=0``: in the chat, not as a list question (issue 45)."""
     _load(name)
     try:
         return _render(turns.regenerate(services(), name, turn, request.form.get("model") or None,
-                                        read_files=request.form.get("files") != "0"))
+                                        read_files=request.form.get("files") != "0",
+                                        as_list=request.form.get("list") != "0"))
     except Busy as exc:
         return _busy_card(name, exc)
     except Conflict as exc:

@@ -29,7 +29,7 @@ _CHUNK_ACTION = re.compile(r"Harvey processes .+ as \d+ chunks of type (?P<kind>
 SYNTHESIZING = "Synthesizing results."
 # Issue 32's computed notes (``sessions.notes`` builds and reads them): kept in order, as written.
 COMPUTED = ("chunk-item:", "chunk-count:", "chunk-conflict:", "chunk-coverage:", "rag-answerable:",
-            "chunk-replaces:", "chunk-partial:")
+            "chunk-replaces:", "chunk-partial:", "chunk-in-chat:")
 
 
 def chunk_scene(analysis: ChunkAnalysis, user_name: str, before: bool = False) -> Scene:

@@ -92,6 +92,11 @@ class ChunkAnalysis:
     # coverage, Self-Route's verdict), as note texts (``notes`` builds and reads them).
     computed: list[str] = field(default_factory=list)
 
+    @property
+    def in_chat(self) -> bool:
+        """A list question asked in the chat of a file that fit, read in one call (issue 45)."""
+        return any(note.startswith("chunk-in-chat:") for note in self.computed)
+
 
 @dataclass(slots=True)
 class CitedPassage:
