@@ -129,6 +129,38 @@ class EventLog:
             yield None
 
 
+class Bell:
+    """Rings for a name when something about it changes (a session's turn added, by any device), and wakes
+    whoever waits on that name: a page's watch stream (issue 45: a second tab shows the first tab's new turn
+    without a reload).  It keeps one number a name, how often it rang: no events, nothing that grows."""
+
+    def __init__(self) -> None:
+        self._rung: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    def ring(self, name: str) -> None:
+        with self._cond:
+            self._rung[name] = self._rung.get(name, 0) + 1
+            self._cond.notify_all()
+
+    def rung(self, name: str) -> int:
+        with self._cond:
+            return self._rung.get(name, 0)
+
+    def wait(self, name: str, seen: int, timeout: float, stop: threading.Event | None = None) -> int:
+        """How often ``name``'s bell has rung, once that is not ``seen`` or after ``timeout`` seconds (or when
+        ``stop`` is set: whoever sets it calls ``wake``)."""
+        with self._cond:
+            if self._rung.get(name, 0) == seen and timeout > 0 and not (stop is not None and stop.is_set()):
+                self._cond.wait(timeout)
+            return self._rung.get(name, 0)
+
+    def wake(self) -> None:
+        """Wake every waiter (shutdown: ``StreamGate.close_all``)."""
+        with self._cond:
+            self._cond.notify_all()
+
+
 def sse_format(event: Event | None, prefix: str = "") -> str:
     """One event in the text/event-stream wire format (``None``: a keep-alive).
 
@@ -162,34 +194,41 @@ class StreamGate:
 
     def __init__(self, limit: int, lifetime: float):
         self.limit = max(1, int(limit))
+        # A page's watch stream waits for what may never come: at most half the slots, so that replies and
+        # analyses always find one (a watcher over it is told to come back, like any stream over the cap).
+        self.watch_limit = max(1, self.limit // 2)
+        self.watching = 0
         self.lifetime = float(lifetime)
         self.stopping = threading.Event()
         self.refused = 0                  # streams told to come back later (for logs and tests)
         self._open = 0
         self._lock = threading.Lock()
-        self._logs: "weakref.WeakSet[EventLog]" = weakref.WeakSet()
+        self._logs: "weakref.WeakSet[EventLog | Bell]" = weakref.WeakSet()
 
     @property
     def open(self) -> int:
         with self._lock:
             return self._open
 
-    def enter(self) -> "Slot | None":
-        """A slot for one stream, or None when all are taken (or the server is stopping)."""
+    def enter(self, watch: bool = False) -> "Slot | None":
+        """A slot for one stream, or None when all are taken (or the server is stopping).  ``watch``: a
+        page's watch stream (``watch_limit``)."""
         with self._lock:
-            if self._open >= self.limit or self.stopping.is_set():
+            if self._open >= self.limit or self.stopping.is_set() or (watch and self.watching >= self.watch_limit):
                 self.refused += 1
                 return None
             self._open += 1
-        return Slot(self, time.monotonic() + self.lifetime)
+            self.watching += watch
+        return Slot(self, time.monotonic() + self.lifetime, watch)
 
-    def leave(self) -> None:
+    def leave(self, watch: bool = False) -> None:
         """One stream fewer: called once per slot, by ``Slot.release`` (which makes it idempotent)."""
         with self._lock:
             self._open -= 1
+            self.watching -= watch
 
-    def watch(self, log: EventLog) -> None:
-        """Remember a log that a stream follows, so that ``close_all`` can wake it."""
+    def watch(self, log: "EventLog | Bell") -> None:
+        """Remember a log (or bell) that a stream follows, so that ``close_all`` can wake it."""
         with self._lock:
             self._logs.add(log)
 
@@ -216,9 +255,10 @@ class StreamGate:
 class Slot:
     """One open stream's place in the gate; ``release()`` is idempotent."""
 
-    def __init__(self, gate: StreamGate, until: float):
+    def __init__(self, gate: StreamGate, until: float, watch: bool = False):
         self.gate = gate
         self.until = until
+        self.watch = watch
         self._released = False
         self._lock = threading.Lock()
 
@@ -227,12 +267,22 @@ class Slot:
         self.gate.watch(log)
         return log.follow(after, until=self.until, stop=self.gate.stopping)
 
+    def listen(self, bell: Bell, name: str, seen: int, keepalive: float = KEEPALIVE_S) -> Iterator[int | None]:
+        """How often ``name``'s bell has rung, each time it rings again; None after ``keepalive`` seconds of
+        quiet (a keep-alive line).  Bounded by this stream's lifetime and by shutdown."""
+        self.gate.watch(bell)
+        stop = self.gate.stopping
+        while not stop.is_set() and time.monotonic() < self.until:
+            rung = bell.wait(name, seen, min(keepalive, self.until - time.monotonic()), stop)
+            yield None if rung == seen else rung
+            seen = rung
+
     def release(self) -> None:
         with self._lock:
             if self._released:
                 return
             self._released = True
-        self.gate.leave()
+        self.gate.leave(self.watch)
 
 
 def gate_for(svc) -> StreamGate:

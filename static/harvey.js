@@ -19,6 +19,26 @@
       if (hint) hint.remove();
     }
   });
+  // Another device's turns (issue 45): the page's watch stream sends each turn added to the session,
+  // this page's own too. A turn the page has already is never added twice: the stream's copy of a turn
+  // the page shows is skipped, and this page's own answer for a turn the stream brought first takes
+  // that turn's place.
+  function turnIn(html) {
+    var found = /id="(turn-\d+)"/.exec(html || "");
+    return found ? document.getElementById(found[1]) : null;
+  }
+  document.addEventListener("htmx:sseBeforeMessage", function (event) {
+    if (event.detail.type !== "turn") return;
+    if (turnIn(event.detail.data)) { event.preventDefault(); return; }
+    var hint = document.getElementById("empty-hint");
+    if (hint) hint.remove();
+  });
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var detail = event.detail;
+    if (!detail.target || detail.target.id !== "conversation") return;
+    var shown = turnIn(detail.serverResponse);
+    if (shown) { detail.target = shown; detail.swapOverride = "outerHTML"; }
+  });
   // Event streams end themselves every minute or so (the server bounds them) and the
   // browser's EventSource reconnects at once with Last-Event-ID, missing nothing. That
   // normal end fires "error" with readyState CONNECTING; htmx-ext-sse does nothing with it

@@ -100,7 +100,7 @@ def test_reload_during_generation_follows_the_same_reply(live, scripted):
     name = live.open_session()
     send(live, name, "once")
     page = live.get(f"/s/{name}").text
-    assert "sse-connect" in page and "disabled" in page
+    assert f'sse-connect="/s/{name}/turns/0/stream"' in page and "disabled" in page
     second = list(live.sse(f"/s/{name}/turns/0/stream"))
     assert second[0][0] == "snapshot"
     follow_reply(live, name)

@@ -28,7 +28,7 @@ def test_finished_replies_leave_the_registry_after_the_grace(live, scripted):
     wait_until(lambda: len(live.services.activities) == 0, 10, "every finished generation released")
     # the page and a late stream read the file: the reply is still all there
     page = live.get(f"/s/{names[0]}").text
-    assert "short answer" in page and "sse-connect" not in page
+    assert "short answer" in page and "/turns/0/stream" not in page      # (the page's watch stream aside)
     events = list(live.sse(f"/s/{names[0]}/turns/0/stream"))
     assert [e for e, _, _ in events] == ["final", "close"] and "short answer" in events[0][1]
     assert gate_for(live.services).open == 0

@@ -227,7 +227,7 @@ def test_kill_9_mid_reply_then_restart_shows_interrupted_and_resend_works(tmp_pa
     assert "Interrupted (the server stopped before the reply was finished): no reply was saved." in page
     form = re.search(r'<div class="card interrupted".*?</form>', page, re.S).group(0)
     assert 'value="are you there?"' in form and "Re-send this message" in form
-    assert "sse-connect" not in page                                     # nothing pretends to stream
+    assert "/turns/0/stream" not in page                                 # nothing pretends to stream
 
     # one tap: the form posts the same message again, as a new turn that gets its answer
     message = re.search(r'name="message" value="([^"]*)"', form).group(1)

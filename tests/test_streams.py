@@ -161,7 +161,7 @@ def test_sixteen_streams_leave_healthz_the_page_and_stop_answering(tmp_path, scr
             response = call()
             timings[label] = time.monotonic() - t0
             assert response.status_code == 200, label
-        assert "sse-connect" in live.get(f"/s/{name}").text       # the page still follows the reply
+        assert f'sse-connect="/s/{name}/turns/0/stream"' in live.get(f"/s/{name}").text   # it still follows the reply
         assert not gen.finished                                     # the reply is still going
         t0 = time.monotonic()
         assert live.post(f"/s/{name}/stop", data={"activity": gen.id}).status_code == 204

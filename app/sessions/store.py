@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import Conflict, NotFound
+from ..events import Bell
 from . import fountain, notes
 from ..storage import atomic_write_text, fsync_folder
 from .index import SessionIndex
@@ -109,6 +110,9 @@ class SessionStore:
         # A reply that could not be written (a full or read-only disk, issue 43): the turn as it would have
         # been, by session, until that turn is written again; the page shows it with its error card.
         self._unsaved: dict[str, tuple[int, fountain.Turn]] = {}
+        # Rings when a session's turns change in number (a turn added or dropped, by any device): the pages
+        # that show the session add the new turn (issue 45, the chat page's watch stream).
+        self.turns_changed = Bell()
 
     # -- paths and locks ----------------------------------------------------------
 
@@ -195,7 +199,8 @@ class SessionStore:
             session = self.load(name)
             end = len(session.play.scenes)
             session = self._splice(session, end, end, self._scenes(turn), len(session.turns))
-            return session, len(session.turns) - 1
+        self.turns_changed.ring(name)
+        return session, len(session.turns) - 1
 
     def _set_superseded(self, session: Session, superseded: bool) -> tuple[int, list[fountain.Scene]]:
         """The last turn's scenes rewritten as (not) superseded, and where they start; nothing to do: (end, []).

@@ -304,6 +304,52 @@ def stream(name: str, turn: int):
     return response
 
 
+@bp.get("/s/<name>/watch")
+def watch(name: str):
+    """SSE: the turns another device (or tab) adds to this session, each as the page shows it (issue 45: a
+    second tab showed the first tab's new turn only once reloaded).
+
+    The page connects with ``have``, the turns it shows; each event's id is the turns the page has after
+    it, so a reconnect (lifetime up, a phone that slept) sends Last-Event-ID and gets only what it missed,
+    from the session file itself (nothing kept in memory but a number a session: the store's
+    ``turns_changed``).  The page that sent a turn has it already and skips it (static/harvey.js).  A
+    watch holds a thread only within the gate's ``watch_limit``, half the streams: replies come first.
+    """
+    _load(name)
+    svc = services()
+    have = request.headers.get("Last-Event-ID", "").strip() or request.args.get("have", "")
+    have = int(have) if have.isdigit() else None
+    if have is None:
+        abort(400, description="The watch needs the number of turns the page shows.")
+    gate = gate_for(svc)
+    slot = gate.enter(watch=True)
+    if slot is None:
+        return _sse_response(gate.busy_body())
+    bell = svc.store.turns_changed
+
+    def events():
+        shown = have
+        try:
+            yield sse_retry(RECONNECT_MS)
+            for rung in slot.listen(bell, name, -1):
+                if rung is None:
+                    yield sse_format(None)
+                    continue
+                try:
+                    count = len(svc.store.load(name).turns)
+                except SessionNotFound:
+                    return                          # deleted on another device: nothing more to show
+                for index in range(min(shown, count), count):
+                    yield sse_format(Event(index + 1, "turn", turn_fragment(name, index)))
+                shown = count
+        finally:
+            slot.release()
+
+    response = _sse_response(stream_with_context(events()))
+    response.call_on_close(slot.release)
+    return response
+
+
 def _final(name: str, turn: int, gen) -> str:
     """The turn as stored; for a compact that wrote nothing (stopped, failed), what happened."""
     if gen is not None and gen.kind == "compact" and gen.turn == turn and gen.status != "done":

@@ -1,0 +1,39 @@
+"""Issue 45 in Chromium: two devices on one session (two browser contexts); what one sends, and the reply
+streaming to it, shows on the other without a reload, and on neither twice."""
+
+import pytest
+
+from browser.conftest import LAPTOP, PHONE_390, wait_until
+from scripted_ollama import Reply
+from waiting import wait_for
+
+pytestmark = pytest.mark.browser
+
+
+def test_the_other_device_shows_the_new_turn_and_its_reply_without_a_reload(live, scripted, page_for):
+    scripted.script = Reply(text="The reply both devices see.", piece_size=3, token_delay=0.03)
+    name = live.open_session()
+    laptop, phone = page_for(LAPTOP), page_for(PHONE_390, touch=True)
+    laptop.goto(f"{live.url}/s/{name}")
+    phone.goto(f"{live.url}/s/{name}")
+    wait_until(phone, "document.querySelector('#empty-hint')")
+    wait_for(lambda: live.services.streams.watching == 2, 15, what="both pages to watch the session")
+    laptop.fill("#message", "Sent from the laptop")
+    laptop.click("#send")
+    wait_until(phone, "document.querySelector('#turn-0') && "
+                      "document.querySelector('#turn-0').textContent.includes('The reply both devices see.')")
+    assert phone.locator("#user-text-0").text_content() == "Sent from the laptop"
+    assert phone.locator("#empty-hint").count() == 0
+    wait_until(laptop, "document.querySelector('#turn-0') && "
+                       "document.querySelector('#turn-0').textContent.includes('The reply both devices see.')")
+    # the phone answers; the laptop shows it: each page holds each turn once
+    phone.fill("#message", "And this from the phone")
+    phone.locator("#send").tap()
+    wait_until(laptop, "document.querySelector('#turn-1') && "
+                       "document.querySelector('#turn-1').textContent.includes('The reply both devices see.')")
+    wait_until(phone, "document.querySelector('#turn-1') && "
+                      "document.querySelector('#turn-1').textContent.includes('The reply both devices see.')")
+    for page in (laptop, phone):
+        assert page.locator("#conversation > article.turn").count() == 2
+        assert [page.locator(f"#turn-{i}").count() for i in (0, 1)] == [1, 1]
+        assert page.errors == []

@@ -1,0 +1,92 @@
+"""Issue 45: a second tab (or device) shows the first one's new turn without a reload.
+
+The chat page keeps a watch stream open (``/s/NAME/watch``): each turn added to the session, by any device,
+arrives as the page shows it, with its id the turns the page then has, so a reconnect after the stream's
+lifetime (or a phone that slept) gets what it missed and nothing twice.  Watch streams take at most half the
+gate's slots: replies and analyses always find one.  Through waitress, with the scripted Ollama.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+
+from app.events import gate_for
+from scripted_ollama import Reply
+from test_streams import read_stream, send, start_app
+from waiting import wait_for as wait_until_true
+
+
+def wait_until(predicate, timeout, what):
+    return wait_until_true(predicate, timeout, what=what)
+
+
+def watch_in_background(live, path: str, last_event_id: str | None = None):
+    """Read one connection of a watch stream in a thread (it ends at the stream's lifetime)."""
+    out: dict = {}
+
+    def read():
+        with httpx.Client(base_url=live.url) as other:           # another device: its own connection
+            out["conn"] = read_stream(other, path, last_event_id, timeout=30)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader, out
+
+
+def test_a_turn_sent_on_one_device_reaches_the_others_watch_and_a_reconnect_misses_nothing(
+        tmp_path, scripted, make_live):
+    live = start_app(tmp_path, scripted, make_live, stream_lifetime_s=2.0)
+    scripted.script = Reply(text="An answer from the model.")
+    gate = gate_for(live.services)
+    name = live.open_session()
+    reader, out = watch_in_background(live, f"/s/{name}/watch?have=0")
+    wait_until(lambda: gate.watching == 1, 10, "the watch stream open")
+    send(live, name, "Hello from the laptop")
+    reader.join(15)
+    assert not reader.is_alive()
+    turns = [(event, data, eid) for event, data, eid in out["conn"].events if event == "turn"]
+    assert [eid for _, _, eid in turns] == ["1"]
+    assert 'id="turn-0"' in turns[0][1] and "Hello from the laptop" in turns[0][1]
+    wait_until(lambda: not live.services.activities.working(name), 10, "the reply to end")
+
+    # the phone comes back with the id it had: only the turn it missed
+    send(live, name, "And a second message")
+    wait_until(lambda: not live.services.activities.working(name), 10, "the second reply to end")
+    reader, out = watch_in_background(live, f"/s/{name}/watch?have=0", last_event_id="1")
+    reader.join(15)
+    turns = [(data, eid) for event, data, eid in out["conn"].events if event == "turn"]
+    assert [eid for _, eid in turns] == ["2"]
+    assert 'id="turn-1"' in turns[0][0] and "And a second message" in turns[0][0]
+    assert "An answer from the model." in turns[0][0]                # the turn as it is now: answered
+    assert gate.watching == 0 and gate.open == 0
+
+
+def test_the_page_opens_its_watch_with_the_turns_it_shows(live, scripted):
+    name = live.open_session()
+    assert f'sse-connect="/s/{name}/watch?have=0"' in live.get(f"/s/{name}").text
+    send(live, name, "one")
+    wait_until(lambda: not live.services.activities.working(name), 10, "the reply to end")
+    assert f'sse-connect="/s/{name}/watch?have=1"' in live.get(f"/s/{name}").text
+    assert live.get(f"/s/{name}/watch").status_code == 400         # a watch must say what it has
+
+
+def test_watches_take_half_the_slots_and_a_reply_still_gets_one(tmp_path, scripted, make_live):
+    live = start_app(tmp_path, scripted, make_live, threads=8, stream_lifetime_s=3.0)     # 6 slots, 3 watches
+    gate = gate_for(live.services)
+    assert (gate.limit, gate.watch_limit) == (6, 3)
+    name = live.open_session()
+    readers = [watch_in_background(live, f"/s/{name}/watch?have=0") for _ in range(3)]
+    wait_until(lambda: gate.watching == 3, 10, "three watches open")
+    with httpx.Client(base_url=live.url) as other:
+        refused = read_stream(other, f"/s/{name}/watch?have=0", timeout=10)
+    assert refused.status == 200 and refused.events == [] and refused.retry >= 1000      # come back later
+    scripted.script = Reply(text="A reply while three pages watch.", piece_size=4, token_delay=0.01)
+    send(live, name, "hello")
+    with httpx.Client(base_url=live.url) as other:
+        followed = read_stream(other, f"/s/{name}/turns/0/stream", timeout=15)
+    assert "close" in followed.names and followed.names[0] in ("snapshot", "final")
+    for reader, _ in readers:
+        reader.join(15)
+    assert gate.watching == 0
