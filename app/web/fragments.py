@@ -147,6 +147,9 @@ def views_of(session: Session, default_model: str, start: int = 0, stop: int | N
     stop = len(turns) if stop is None else min(stop, len(turns))
     views = [turn_view(i, turns[i], default_model, models, session.name, svc.config.model_server.api)
              for i in range(max(0, start), stop)]
+    demo = _demo_model(svc, default_model)
+    for view in views:
+        view.stats = shown_stats(view.stats, svc.store.backend, demo)
     by_index = {view.index: view for view in views}
     held = svc.store.unsaved(session.name)         # a reply the disk could not take (issue 43): shown as it came
     if held is not None and held[0] in by_index and turns[held[0]].reply is None:
@@ -218,6 +221,26 @@ def fragment(session: Session, view: TurnView, model: str) -> str:
     html += render_template("chat/_status.html", oob=True, **{k: v for k, v in ctx.items() if k != "session"},
                             session=session)
     return html
+
+
+DEMO_SERVER = "bundled demo model"
+
+
+def _demo_model(svc, model: str) -> str | None:
+    """``model`` when the server running it is Harvey's bundled demo server (its facts say so), else None."""
+    try:
+        return model if svc.sizing.models.facts(model).demo else None
+    except HarveyError:
+        return None
+
+
+def shown_stats(stats: str, backend: str, demo: str | None) -> str:
+    """A stats line as the page shows it (issue 45): a reply of the bundled demo model is said to be the demo's,
+    where the session file keeps Harvey's own "ollama (model)" (the terminal Harvey reads the model from it)."""
+    head = f"{backend} ({demo})"
+    if demo and (stats == head or stats.startswith(head + " ")):
+        return DEMO_SERVER + stats[len(backend):]
+    return stats
 
 
 def turn_fragment(name: str, index: int) -> str:
