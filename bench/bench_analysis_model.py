@@ -51,10 +51,17 @@ def record_calls(client, calls: list) -> None:
         original_iter = stream.__iter__
 
         def iterate():
-            yield from original_iter()
-            usage = stream.usage
-            calls.append({"seconds": time.monotonic() - started, "prompt": usage.prompt_tokens or 0,
-                          "generated": usage.generated_tokens or 0, "num_ctx": kwargs.get("num_ctx")})
+            pieces = 0
+            try:
+                for piece in original_iter():
+                    pieces += 1
+                    yield piece
+            finally:          # also a call the app stopped (a loop): its pieces, one token each
+                usage = stream.usage
+                calls.append({"seconds": time.monotonic() - started,
+                              "prompt": (usage.prompt_tokens or 0) if usage else 0,
+                              "generated": (usage.generated_tokens or 0) if usage else pieces,
+                              "num_ctx": kwargs.get("num_ctx"), "stopped": usage is None})
         return _Iterable(stream, iterate)
 
     client.chat = chat

@@ -411,6 +411,9 @@
     if (box) {
       box.value = box.value.replace(/\s*$/, "") + (box.value.trim() ? " " : "") + name + " ";
       box.focus();
+      // the caret after the name, whatever focus() restores (issue 45: typing after End landed inside a
+      // long name, which wraps on a phone: End goes to the end of the caret's line, not of the text)
+      box.setSelectionRange(box.value.length, box.value.length);
     }
     if (window.harveyAnnounce) window.harveyAnnounce(status.textContent.trim());
   });

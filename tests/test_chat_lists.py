@@ -161,6 +161,8 @@ def test_a_list_question_on_a_file_that_fits_is_one_model_call_and_the_apps_list
     assert chats[0].format == mapreduce.LIST_SCHEMA
     assert "def rgb_to_hsv(r, g, b):" in chats[0].body["messages"][-1]["content"]     # the whole file, one chunk
     assert chats[0].num_ctx                                        # sized like every request
+    # the whole file's list is the answer: it may be as long as a chat reply, not one chunk's share
+    assert chats[0].body["options"]["num_predict"] == live.config.chat.reply_tokens > live.config.chunking.map_reply_tokens
     for fn in DEFS:
         assert f"- {fn.replace('_', chr(92) + '_')} (line" in turn.reply, turn.reply
     assert turn.analysis is not None and turn.analysis.chunks == 1
@@ -217,3 +219,19 @@ def test_a_model_that_fails_leaves_the_message_and_offers_the_chat_answer(colors
     turn = wait_for(lambda: (t := live.services.store.load(name).turns)[-1].reply and t[-1], 20,
                     what="the chat answer")
     assert turn.reply == "A plain chat answer about colorsys.py."
+
+
+def test_a_list_call_stopped_as_a_loop_still_counts_what_it_wrote(colorsys_live):
+    """A looping small model's list call is stopped (issue 44); its cost on the answer was "0 generated
+    tokens, 0 s": now the pieces it streamed and the time it took, as the app saw them."""
+    live, scripted = colorsys_live
+    looping = json.dumps({"relevant": True, "items": [{"item": "rgb_to_yiq", "quote": "def rgb_to_yiq(r, g, b):"}],
+                          "stated": [], "confidence": 4})[:-1] + ", " + '"note": "and so on and so on", ' * 60
+    scripted.script = lambda body: (Reply(text=looping, piece_size=8, token_delay=0.002)
+                                    if body.get("format") else lister(body))
+    name = live.open_session()
+    live.post(f"/s/{name}/messages", data={"message": "List every function defined in colorsys.py"})
+    turn = settled_turn(live, name, 0)
+    cost = next(n for n in turn.notes if "List: 1 model call" in n)
+    generated = int(re.search(r"([\d,]+) generated tokens", cost).group(1).replace(",", ""))
+    assert generated > 10, cost

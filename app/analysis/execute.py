@@ -262,7 +262,7 @@ class Execution:
         """A map call of a list instruction (every item with its words: LIST_SCHEMA, the whole reply
         cap) or of a point question (points and a short answer: POINT_SCHEMA); as free text once the
         server refused a schema."""
-        cap = self.sizing.config.chunking.map_reply_tokens
+        cap = plan.map_reply_cap(self.sizing, whole=job.in_chat)
         if job.list_of:
             messages = mapreduce.list_messages(job.task, job.list_of, chunk, job.total, pages)
             schema, num_predict = mapreduce.LIST_SCHEMA, cap

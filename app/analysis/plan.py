@@ -169,21 +169,31 @@ def settings(sizing: Sizing, model: str, window: int, bpt: float, task: str, cou
     """
     config = sizing.config
     effective = effective_context(sizing, model, window)
-    fixed = (counted_map_fixed(sizing, model, task, counter, effective) if counter is not None
-             else map_fixed_tokens(sizing, task, bpt, effective))
+    reply = map_reply_cap(sizing, whole)
+    fixed = (counted_map_fixed(sizing, model, task, counter, effective, reply) if counter is not None
+             else map_fixed_tokens(sizing, task, bpt, effective, reply))
     size = max(64, effective - fixed if whole else min(config.chunking.chunk_size_tokens, effective - fixed))
     return chunking.ChunkSettings(size_tokens=size, overlap=config.chunking.overlap, bytes_per_token=bpt)
 
 
-def map_fixed_tokens(sizing: Sizing, task: str, bpt: float, effective: int) -> int:
+def map_reply_cap(sizing: Sizing, whole: bool = False) -> int:
+    """What a map call may generate: ``chunking.map_reply_tokens``; for the one call of a list question on a
+    file that fits (``whole``, issue 45) the chat reply's cap when that is more: the whole file's list is the
+    answer the user waits for (at the map cap, SmolLM2's list of colorsys.py was cut mid-JSON)."""
+    config = sizing.config
+    return max(config.chunking.map_reply_tokens, config.chat.reply_tokens) if whole else config.chunking.map_reply_tokens
+
+
+def map_fixed_tokens(sizing: Sizing, task: str, bpt: float, effective: int, reply: int | None = None) -> int:
     """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
     words = reply_budget(sizing, task).words
     overhead = map_prompt_overhead(task, 9999, words)
     return (estimate_messages([{"content": map_system_for(task)}, {"content": overhead}], bpt)
-            + sizing.config.chunking.map_reply_tokens + math.ceil(sizing.config.budget.safety_margin * effective))
+            + (reply or sizing.config.chunking.map_reply_tokens)
+            + math.ceil(sizing.config.budget.safety_margin * effective))
 
 
-def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective: int) -> int:
+def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective: int, reply: int | None = None) -> int:
     """``map_fixed_tokens`` by the model's own count (issue 30): the system line and the prompt
     around the chunk counted, the label at half a token a byte of its cap (a label's words count
     fewer), the template's learnt cost, the reply's cap, and only the exact margin (what the
@@ -192,7 +202,7 @@ def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective:
     overhead = map_prompt_overhead(task, 9999, words).rstrip("x")
     per_message, per_request = sizing.calibration.templates.cost(model)
     return (counter.count(map_system_for(task)) + counter.count(overhead) + chunking.LABEL_MAX_BYTES // 2
-            + 2 * per_message + per_request + sizing.config.chunking.map_reply_tokens
+            + 2 * per_message + per_request + (reply or sizing.config.chunking.map_reply_tokens)
             + math.ceil(margin_share(sizing.config, True) * effective))
 
 

@@ -232,16 +232,21 @@ class ModelCalls:
         """A whole reply as one string (map, synthesis and compact calls); Cancelled on a stop.
         ``usage.cut_off`` says the reply ended at its cap.  ``request.on_text`` is given the reply so far
         while it is written, every ``TEXT_EVERY_S`` at most."""
+        started, pieces = time.monotonic(), 0
         with self.stream(activity, request) as call:
             shown = 0.0
             for _ in call:
+                pieces += 1
                 if request.on_text is not None and time.monotonic() - shown >= TEXT_EVERY_S:
                     shown = time.monotonic()
                     request.on_text(call.text)       # (issue 44: every answer a person waits for streams)
             if call.cancelled and not call.looped:
                 raise Cancelled("The call was stopped.")
         if call.looped:
-            return call.text.strip(), Usage(stopped_by="loop")
+            # stopped before the server's counts came: what it cost as the app saw it (Ollama's API and
+            # llama.cpp stream one token a piece), so a looping call is not "0 tokens, 0 s" on a Pi
+            return call.text.strip(), Usage(generated_tokens=pieces, seconds=time.monotonic() - started,
+                                            stopped_by="loop")
         return call.text.strip(), call.usage
 
     @contextmanager
