@@ -3,7 +3,7 @@ streaming to it, shows on the other without a reload, and on neither twice."""
 
 import pytest
 
-from browser.conftest import LAPTOP, PHONE_390, wait_until
+from browser.conftest import LAPTOP, PHONE, wait_until
 from scripted_ollama import Reply
 from waiting import wait_for
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 def test_the_other_device_shows_the_new_turn_and_its_reply_without_a_reload(live, scripted, page_for):
     scripted.script = Reply(text="The reply both devices see.", piece_size=3, token_delay=0.03)
     name = live.open_session()
-    laptop, phone = page_for(LAPTOP), page_for(PHONE_390, touch=True)
+    laptop, phone = page_for(LAPTOP), page_for(PHONE, touch=True)
     laptop.goto(f"{live.url}/s/{name}")
     phone.goto(f"{live.url}/s/{name}")
     wait_until(phone, "document.querySelector('#empty-hint')")
