@@ -329,6 +329,17 @@ def write_section(section: str, text: str) -> Path:
     return path
 
 
+def add_rows(section: str, intro: list[str], rows: list[str]) -> Path:
+    """Add ``rows`` to the end of the table of the section headed ``section`` in bench/RESULTS.md (kept rows
+    stay: earlier runs are the history), creating the section from ``intro`` (its lines after the heading,
+    the table's head last) when there is none."""
+    path = ROOT / "bench" / "RESULTS.md"
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+    found = re.search(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", old, re.S | re.M)
+    body = found.group(0).rstrip("\n") if found else "\n".join([section, "", *intro])
+    return write_section(section, body + "\n" + "\n".join(rows) + "\n")
+
+
 def header(title: str, command: str) -> str:
     return f"### {title}\n\nCommand: `{command}`\n\nMachine: {machine()}; tree at {git_revision()}\n"
 

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import ROOT, chunks_for, close_quietly, git_revision, live_app, machine, pydoc_markdown  # noqa: E402
+from _harness import ROOT, add_rows, chunks_for, close_quietly, git_revision, live_app, machine, pydoc_markdown  # noqa: E402
 
 SECTION = "## Analysis against the real model (issue 14)"
 DEADLINE_S = 3600.0
@@ -166,18 +166,13 @@ def main() -> None:
            f"{r['wall_s']:.0f} | {r['over_window']} |")
     print(row)
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        old = path.read_text()
-        if SECTION not in old:
-            old = old.rstrip() + "\n\n" + "\n".join([
-                SECTION, "",
-                f"Command: `python bench/bench_analysis_model.py --bytes {size} --write LABEL`", "",
-                f"Machine: {machine()}. SmolLM2-135M-Instruct (harvey_demo, 1 thread), window 8192.", "",
-                "| run | tree | document bytes | document tokens (the model's) | chunks planned | chunks run | "
-                "model calls | prompt tokens | prompt tokens per document token | generated tokens | model s | "
-                "wall s | calls over the window |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]) + "\n"
-        path.write_text(old.rstrip() + "\n" + row + "\n")
+        add_rows(SECTION, [
+            f"Command: `python bench/bench_analysis_model.py --bytes {size} --write LABEL`", "",
+            f"Machine: {machine()}. SmolLM2-135M-Instruct (harvey_demo, 1 thread), window 8192.", "",
+            "| run | tree | document bytes | document tokens (the model's) | chunks planned | chunks run | "
+            "model calls | prompt tokens | prompt tokens per document token | generated tokens | model s | "
+            "wall s | calls over the window |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"], [row])
 
 
 if __name__ == "__main__":

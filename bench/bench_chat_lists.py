@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import ROOT, git_revision, machine  # noqa: E402
+from _harness import add_rows, git_revision, machine  # noqa: E402
 from bench_analysis_model import record_calls, topics_app  # noqa: E402
 
 SECTION = "## A list question on a file that fits, against the real model (issue 45)"
@@ -95,18 +95,14 @@ def main() -> None:
                  for way, m in (("list path", r["list"]), ("plain chat (Answer in chat instead)", r["chat"]))]
     print("\n".join(rows))
     if args.write:
-        path = ROOT / "bench" / "RESULTS.md"
-        old = path.read_text()
-        if SECTION not in old:
-            old = old.rstrip() + "\n\n" + "\n".join([
-                SECTION, "",
-                "Command: `python bench/bench_chat_lists.py --write LABEL`", "",
-                f"Machine: {machine()}. {r['model']} (harvey_demo, 1 thread); CPython's colorsys.py "
-                f"({r['bytes']:,} bytes); the question \"{QUESTION}\".", "",
-                "| run | tree | session | answered by | model calls | prompt tokens | generated tokens | model s | "
-                "calls stopped as a loop | real functions named | names the file does not define |",
-                "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]) + "\n"
-        path.write_text(old.rstrip() + "\n" + "\n".join(rows) + "\n")
+        add_rows(SECTION, [
+            "Command: `python bench/bench_chat_lists.py --runs 3 --write LABEL`. The model samples, so answers vary "
+            "from session to session.", "",
+            f"Machine: {machine()}. {r['model']} (harvey_demo, 1 thread); CPython's colorsys.py "
+            f"({r['bytes']:,} bytes); the question \"{QUESTION}\".", "",
+            "| run | tree | session | answered by | model calls | prompt tokens | generated tokens | model s | "
+            "calls stopped as a loop | real functions named | names the file does not define |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"], rows)
 
 
 if __name__ == "__main__":
