@@ -143,10 +143,6 @@ class Bell:
             self._rung[name] = self._rung.get(name, 0) + 1
             self._cond.notify_all()
 
-    def rung(self, name: str) -> int:
-        with self._cond:
-            return self._rung.get(name, 0)
-
     def wait(self, name: str, seen: int, timeout: float, stop: threading.Event | None = None) -> int:
         """How often ``name``'s bell has rung, once that is not ``seen`` or after ``timeout`` seconds (or when
         ``stop`` is set: whoever sets it calls ``wake``)."""

@@ -397,6 +397,8 @@ class Execution:
         if job.way == "relevant":
             changes["coverage"] = answers.relevant_coverage(
                 read_lines, job.file_chunks, job.read_until, len(answered) - len(relevant))
+        elif job.in_chat and not job.unread:
+            changes["coverage"] = ""      # a list question's file read whole: its notice says so (issue 45)
         task, note = job.task, ""
         if job.list_of:
             results = [r for _, r in relevant]

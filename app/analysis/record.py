@@ -90,7 +90,7 @@ def computed_notes(job: Job) -> list[str]:
             out.append(notes.count(job.list_of, total, sum(values) if values else None, len(values), job.stated,
                                    job.items_cut))
     out += [notes.conflict(v) for v in job.versions]
-    if job.coverage and not (job.in_chat and not job.unread):     # (a list read whole: the notice says so)
+    if job.coverage:
         out.append(notes.coverage(job.coverage))
     if job.way == "retrieve" and job.state == "done":
         minutes = job.run_seconds() / 60 if job.seconds_per_chunk else None
@@ -190,7 +190,7 @@ def write_outcome(store, job: Job, answer: str | None, synthesis: str) -> None:
                 turn.notes.append(notes.notice(in_chat_line(job)))
             else:
                 turn.notes.append(notes.notice(relevant_line(job)))
-            if job.coverage and not (job.in_chat and not job.unread):     # (a list read whole says so)
+            if job.coverage:
                 turn.notes.append(notes.notice(f"Coverage: {job.coverage}."))
             turn.notes.append(notes.notice(
                 f"{'Retrieval answer' if job.way == 'retrieve' else 'List' if job.in_chat else 'Chunk analysis'}: {job.model_calls} model call{'s' if job.model_calls != 1 else ''}, {job.prompt_tokens:,} prompt tokens, "

@@ -274,15 +274,15 @@ class JobRunner:
         """A list, count or total question in the chat about a file that fits (issue 45): the list path
         without a card, started at once: the whole file in one map call (``plan(whole=True)``), the items
         the model lists counted by the app, which writes the answer (no synthesis call).  ``ask``: the
-        guess (``answers.chat_list``) that took it there, kept on the job for the answer to show and undo."""
+        guess (``answers.chat_list``) that took it there; its target is the job's ``list_of``."""
         wf = prepared.files[0].file
         fields = plan.plan(self.sizing, wf.name, prepared.model, prepared.prompt, whole=True)
         job = self.propose(session, index, wf.name, turn.user_text, prepared.model,
                            remaining=prepared.budget.remaining, fields=fields)
         try:
-            self.transition(job, "queued", expect="proposed", selected=job.chunks, scope="all",
-                                    agreed=job.chunks, instruction=prepared.prompt, list_of=ask.target[:120],
-                                    in_chat=True, message="", synthesis="")
+            self.transition(job, "queued", expect="proposed", selected=job.chunks, scope="all", agreed=job.chunks,
+                            instruction=prepared.prompt, list_of=ask.target[:120], in_chat=True, message="",
+                            synthesis="")
         except BaseException:
             self.discard(job)
             raise

@@ -296,7 +296,6 @@ class Computed:
     cost: dict | None = None          # the whole-file read's cost a Self-Route offer shows
     replaced: str = ""
     partial: dict | None = None       # the answer rests on part of its file: {"job", "bpt"} (read the rest)
-    in_chat: dict | None = None       # a chat message taken for a list question: {"target"} (issue 45)
 
 
 def read_computed(notes_: list[str]) -> Computed:
@@ -324,6 +323,4 @@ def read_computed(notes_: list[str]) -> Computed:
             out.replaced = (_unpacked(rest) or {}).get("answer", "")
         elif head == "chunk-partial":
             out.partial = _unpacked(rest)
-        elif head == "chunk-in-chat":
-            out.in_chat = _unpacked(rest) or {}
     return out

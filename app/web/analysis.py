@@ -435,7 +435,7 @@ def computed(session: str, index: int, analysis: fountain.ChunkAnalysis | None) 
                         f"the {read:,} read are not read again)"}
     return {"listed": items, "count": count, "figures": figures, "conflicts": conflicts, "coverage": found.coverage,
             "offer": offer, "rest": rest, "replaced": found.replaced, "op": (c or {}).get("op", ""),
-            "in_chat": found.in_chat is not None,
+            "in_chat": analysis.in_chat,
             "records": url_for("analysis.records_table", name=session, turn=index) if items else ""}
 
 
