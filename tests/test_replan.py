@@ -133,7 +133,8 @@ def _job(doc, chunks, **fields):
 
 def _sizing(max_chunks=20):
     from types import SimpleNamespace
-    return SimpleNamespace(config=SimpleNamespace(chunking=SimpleNamespace(max_chunks=max_chunks)))
+    return SimpleNamespace(config=SimpleNamespace(chunking=SimpleNamespace(max_chunks=max_chunks, map_reply_tokens=400),
+                                                  chat=SimpleNamespace(reply_tokens=1024)))
 
 
 def no_room_to_grow(monkeypatch, room: int = 600):
@@ -244,3 +245,22 @@ def test_a_re_plan_runs_up_to_the_count_the_card_said_then_asks(monkeypatch):
     denser = plan.replan(_sizing(max_chunks=500), _job(doc, chunks, measured_bpt=1.5, selected=card, agreed=card,
                                                     scope="all", results=dict(done)), doc, chunks[:2])
     assert denser["chunks"] > card and denser["selected"] == card and "denser than planned" in denser["message"]
+
+
+def test_a_list_asked_in_the_chat_is_re_planned_with_room_for_its_whole_reply(monkeypatch):
+    """Issue 45: the one call of a list question on a file that fits may write a chat reply's worth (1,024
+    tokens, not a chunk's 400); a re-plan of its chunks keeps that room for the reply."""
+    from types import SimpleNamespace
+    from app.analysis.job import ChunkResult
+    monkeypatch.setattr(plan, "estimate_cost", lambda *a, **k: SimpleNamespace(calls=1, seconds=1.0))
+    monkeypatch.setattr(plan, "effective_context", lambda *a: 5000)
+    replies = []
+    monkeypatch.setattr(plan, "map_fixed_tokens", lambda *a: replies.append(a[-1]) or 1000)
+    doc = chunking.make_document(big_markdown(), "markdown",
+                                 chunking.ChunkSettings(size_tokens=600, bytes_per_token=4.0))
+    chunks = chunking.chunk_document(doc)
+    for in_chat in (False, True):
+        job = _job(doc, chunks, measured_bpt=2.5, selected=len(chunks), agreed=len(chunks), scope="all",
+                   results={i: ChunkResult(i, "ok") for i in range(2)}, in_chat=in_chat)
+        plan.replan(_sizing(max_chunks=len(chunks)), job, doc, chunks[:2])
+    assert replies == [400, 1024]

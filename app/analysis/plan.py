@@ -184,16 +184,16 @@ def map_reply_cap(sizing: Sizing, whole: bool = False) -> int:
     return max(config.chunking.map_reply_tokens, config.chat.reply_tokens) if whole else config.chunking.map_reply_tokens
 
 
-def map_fixed_tokens(sizing: Sizing, task: str, bpt: float, effective: int, reply: int | None = None) -> int:
-    """A map request apart from its chunk: system prompt, instruction, label, length line, reply, margin."""
+def map_fixed_tokens(sizing: Sizing, task: str, bpt: float, effective: int, reply: int) -> int:
+    """A map request apart from its chunk: system prompt, instruction, label, length line, reply (``reply``:
+    ``map_reply_cap``), margin."""
     words = reply_budget(sizing, task).words
     overhead = map_prompt_overhead(task, 9999, words)
     return (estimate_messages([{"content": map_system_for(task)}, {"content": overhead}], bpt)
-            + (reply or sizing.config.chunking.map_reply_tokens)
-            + math.ceil(sizing.config.budget.safety_margin * effective))
+            + reply + math.ceil(sizing.config.budget.safety_margin * effective))
 
 
-def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective: int, reply: int | None = None) -> int:
+def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective: int, reply: int) -> int:
     """``map_fixed_tokens`` by the model's own count (issue 30): the system line and the prompt
     around the chunk counted, the label at half a token a byte of its cap (a label's words count
     fewer), the template's learnt cost, the reply's cap, and only the exact margin (what the
@@ -202,7 +202,7 @@ def counted_map_fixed(sizing: Sizing, model: str, task: str, counter, effective:
     overhead = map_prompt_overhead(task, 9999, words).rstrip("x")
     per_message, per_request = sizing.calibration.templates.cost(model)
     return (counter.count(map_system_for(task)) + counter.count(overhead) + chunking.LABEL_MAX_BYTES // 2
-            + 2 * per_message + per_request + (reply or sizing.config.chunking.map_reply_tokens)
+            + 2 * per_message + per_request + reply
             + math.ceil(margin_share(sizing.config, True) * effective))
 
 
@@ -318,13 +318,14 @@ def replan(sizing: Sizing, job: Job, doc: chunking.Document, done: list[chunking
     size = job.size_tokens
     if bpt > job.bytes_per_token:      # lighter: larger chunks, but each must still fit at the plan's figure
         effective = effective_context(sizing, job.model, job.window)
-        room = effective - map_fixed_tokens(sizing, job.task, job.bytes_per_token, effective)
+        room = effective - map_fixed_tokens(sizing, job.task, job.bytes_per_token, effective,
+                                            map_reply_cap(sizing, job.in_chat))
         size = max(64, min(size, math.floor(room * job.bytes_per_token / bpt)))
     elif bpt < job.map_bpt:            # denser: the same bytes a chunk as planned, so the same calls as the card,
         #                                as long as a chunk of them still fits the window at the measured figure
         #                                (issue 43: 7 chunks on the card became 8 where each would have fitted)
         effective = effective_context(sizing, job.model, job.window)
-        room = effective - map_fixed_tokens(sizing, job.task, bpt, effective)
+        room = effective - map_fixed_tokens(sizing, job.task, bpt, effective, map_reply_cap(sizing, job.in_chat))
         size = max(64, min(size if room < size else math.floor(room), math.ceil(size * job.map_bpt / bpt)))
     at, offset = len(done), done[-1].end
     rest = chunking.chunks_from(_with_settings(doc, bpt, size), offset, at)
