@@ -90,3 +90,32 @@ def test_watches_take_half_the_slots_and_a_reply_still_gets_one(tmp_path, script
     for reader, _ in readers:
         reader.join(15)
     assert gate.watching == 0
+
+
+def test_a_watch_that_comes_back_after_a_restart_gets_only_what_it_missed(tmp_path, scripted):
+    """The page's id is the turns it holds, not a position in memory: after ``systemctl restart`` the
+    reconnect (Last-Event-ID from before it) gets the turns added since, read from the session file."""
+    import dataclasses
+
+    from conftest import LiveApp, make_config
+
+    scripted.script = Reply(text="Answered.")
+    config = make_config(tmp_path, scripted.url)
+    config = dataclasses.replace(config, server=dataclasses.replace(config.server, stream_lifetime_s=1.0))
+    first = LiveApp(config)
+    try:
+        name = first.open_session()
+        send(first, name, "before the restart")
+        wait_until(lambda: not first.services.activities.working(name), 10, "the first reply to end")
+    finally:
+        first.close()
+    second = LiveApp(config)
+    try:
+        send(second, name, "after the restart")
+        wait_until(lambda: not second.services.activities.working(name), 10, "the second reply to end")
+        reader, out = watch_in_background(second, f"/s/{name}/watch?have=0", last_event_id="1")
+        reader.join(15)
+        turns = [(data, eid) for event, data, eid in out["conn"].events if event == "turn"]
+        assert [eid for _, eid in turns] == ["2"] and "after the restart" in turns[0][0]
+    finally:
+        second.close()
