@@ -74,7 +74,6 @@ def test_the_real_demo_server_marks_itself(tmp_path, demo_model):
 def test_the_stats_line_names_the_demo_server_and_the_session_file_keeps_harveys_form(tmp_path, mark, shown):
     """Issue 45: a demo reply's stats line said "ollama (smollm2:135m)"; the page names the bundled demo model,
     while the .spmd keeps the "ollama (model)" head the terminal Harvey reads the model from."""
-    from waiting import wait_for
 
     with ScriptedOllama() as server:
         if mark:
@@ -83,7 +82,7 @@ def test_the_stats_line_names_the_demo_server_and_the_session_file_keeps_harveys
         try:
             name = live.open_session()
             assert live.post(f"/s/{name}/messages", data={"message": "hello"}).status_code == 200
-            wait_for(lambda: live.services.store.load(name).turns[0].reply, 10, what="the reply")
+            assert list(live.sse(f"/s/{name}/turns/0/stream"))[-1][0] == "close"     # the reply ended and stored
             stats = re.findall(r'<p class="stats">([^<]*)</p>', live.get(f"/s/{name}").text)
             assert len(stats) == 1 and stats[0].startswith(shown), stats
             written = live.services.store.path(name).read_text("utf-8")

@@ -25,6 +25,7 @@ import yaml
 
 from app.analysis import mapreduce
 from conftest import LiveApp, make_config
+from waiting import wait_for
 
 DATA = Path(__file__).parent / "data" / "mentions"
 # "tuned": the messages the rules were written against; "held-out": 188 more, written by someone else after
@@ -237,8 +238,12 @@ def _post(live, name: str, message: str, **form) -> str:
 
 
 def _finish(live, name: str) -> None:
+    """The last turn answered: its reply stream closed, and a list asked in the chat (issue 45), which runs as a
+    job with no reply stream, read and written."""
     turn = len(live.services.store.load(name).turns) - 1
     assert list(live.sse(f"/s/{name}/turns/{turn}/stream"))[-1][0] == "close"
+    wait_for(lambda: not live.services.jobs.for_session(name) and not live.services.activities.working(name), 20,
+             what="the turn to be answered")
 
 
 def _sent_as_written(live, scripted, message: str) -> tuple[str, dict]:
