@@ -21,15 +21,23 @@
   });
   // Another device's turns (issue 45): the page's watch stream sends each turn added to the session,
   // this page's own too. A turn the page has already is never added twice: the stream's copy of a turn
-  // the page shows is skipped, and this page's own answer for a turn the stream brought first takes
-  // that turn's place.
+  // the page shows is skipped, or swapped in where another message took that turn's place (a failed
+  // message sent again on another device: the turns' keys differ; not while this page sends one again
+  // from that turn itself, whose answer takes the place), and this page's own answer for a turn the
+  // stream brought first takes that turn's place.
   function turnIn(html) {
     var found = /id="(turn-\d+)"/.exec(html || "");
     return found ? document.getElementById(found[1]) : null;
   }
   document.addEventListener("htmx:sseBeforeMessage", function (event) {
     if (event.detail.type !== "turn") return;
-    if (turnIn(event.detail.data)) { event.preventDefault(); return; }
+    var shown = turnIn(event.detail.data);
+    if (shown) {
+      event.preventDefault();
+      var key = /data-key="([^"]*)"/.exec(event.detail.data);
+      if (key && shown.dataset.key !== key[1] && !shown.querySelector(".htmx-request")) htmx.swap(shown, event.detail.data, {swapStyle: "outerHTML"});
+      return;
+    }
     var hint = document.getElementById("empty-hint");
     if (hint) hint.remove();
   });

@@ -110,8 +110,8 @@ class SessionStore:
         # A reply that could not be written (a full or read-only disk, issue 43): the turn as it would have
         # been, by session, until that turn is written again; the page shows it with its error card.
         self._unsaved: dict[str, tuple[int, fountain.Turn]] = {}
-        # Rings when a session's turns change in number (a turn added or dropped, by any device): the pages
-        # that show the session add the new turn (issue 45, the chat page's watch stream).
+        # Rings when a turn is added or dropped (by any device): the pages that show the session add the new
+        # turn, or show the one sent again in a dropped turn's place (issue 45, the chat page's watch stream).
         self.turns_changed = Bell()
 
     # -- paths and locks ----------------------------------------------------------
@@ -273,8 +273,11 @@ class SessionStore:
                 kept = Session(name, fountain.Screenplay(session.play.title_page, session.play.scenes[:first])
                                ).with_turns(session.turns[:index])
                 start, before = self._set_superseded(kept, False)
-                return self._splice(session, start, last + 1, before, None)
-            return self._splice(session, first, last + 1, [], None)
+                session = self._splice(session, start, last + 1, before, None)
+            else:
+                session = self._splice(session, first, last + 1, [], None)
+        self.turns_changed.ring(name)
+        return session
 
     def append_scene(self, name: str, scene: fountain.Scene) -> Session:
         """Add a scene that is not a chat turn (an imported or terminal-Harvey scene) at the end."""

@@ -309,17 +309,20 @@ def watch(name: str):
     """SSE: the turns another device (or tab) adds to this session, each as the page shows it (issue 45: a
     second tab showed the first tab's new turn only once reloaded).
 
-    The page connects with ``have``, the turns it shows; each event's id is the turns the page has after
-    it, so a reconnect (lifetime up, a phone that slept) sends Last-Event-ID and gets only what it missed,
-    from the session file itself (nothing kept in memory but a number a session: the store's
-    ``turns_changed``).  The page that sent a turn has it already and skips it (static/harvey.js).  A
-    watch holds a thread only within the gate's ``watch_limit``, half the streams: replies come first.
+    The page connects with ``have``, the turns it shows, and ``last``, its last turn's key
+    (``Turn.key``); each event's id is that key and number after it ("9f2c….3"), so a reconnect (lifetime up, a
+    phone that slept) sends Last-Event-ID and gets only what it missed, from the session file itself
+    (nothing kept in memory but a number a session: the store's ``turns_changed``).  A failed message
+    sent again takes its turn's place (``resend``): the page's last turn then has another key, and that
+    turn is sent again.  A page skips a turn it shows already and swaps one that another took the place of
+    (static/harvey.js).  A watch holds a thread only within the gate's ``watch_limit``, half the streams:
+    replies come first.
     """
     _load(name)
     svc = services()
-    have = request.headers.get("Last-Event-ID", "").strip() or request.args.get("have", "")
-    have = int(have) if have.isdigit() else None
-    if have is None:
+    last, _, have = (request.headers.get("Last-Event-ID", "").strip()
+                     or f"{request.args.get('last', '')}.{request.args.get('have', '')}").rpartition(".")
+    if not have.isdigit():
         abort(400, description="The watch needs the number of turns the page shows.")
     gate = gate_for(svc)
     slot = gate.enter(watch=True)
@@ -328,7 +331,7 @@ def watch(name: str):
     bell = svc.store.turns_changed
 
     def events():
-        shown = have
+        shown, key = int(have), last
         try:
             yield sse_retry(RECONNECT_MS)
             for rung in slot.listen(bell, name, -1):
@@ -336,12 +339,15 @@ def watch(name: str):
                     yield sse_format(None)
                     continue
                 try:
-                    count = len(svc.store.load(name).turns)
+                    turns = svc.store.load(name).turns
                 except SessionNotFound:
                     return                          # deleted on another device: nothing more to show
-                for index in range(min(shown, count), count):
-                    yield sse_format(Event(index + 1, "turn", turn_fragment(name, index)))
-                shown = count
+                start = min(shown, len(turns))
+                if start and start == shown and key and turns[start - 1].key != key:
+                    start -= 1                      # the page's last turn: another message took its place
+                for index in range(start, len(turns)):
+                    yield sse_format(Event(index + 1, "turn", turn_fragment(name, index)), f"{turns[index].key}.")
+                shown, key = len(turns), turns[-1].key if turns else ""
         finally:
             slot.release()
 

@@ -53,6 +53,7 @@ class TurnView:
     partials_job: object = None
     cut: int = 0                # the reply ended at its cap of this many tokens: said, with Continue
     continuable: bool = False   # the last turn's cut reply leaves room in the window to ask for the rest
+    key: str = ""               # ``Turn.key``: a page's watch stream tells a turn sent again in its place
 
 
 def citation_links(session: str, index: int, analysis: fountain.ChunkAnalysis | None):
@@ -76,7 +77,8 @@ def turn_view(index: int, turn: fountain.Turn, default_model: str, models: list[
     """
     model_name = match_model(turn.model, list(models)) or default_model
     view = TurnView(index, turn.user_text, model_name=model_name, model=fountain.model_cue(model_name),
-                    stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis)
+                    stats=turn.stats or "", harvey_text=answered_alert(turn.harvey or ""), analysis=turn.analysis,
+                    key=turn.key)
     if turn.reply is not None:
         view.reply_html = markdown(turn.reply, cite=citation_links(session, index, turn.analysis))
     read = notes.read(turn.notes)

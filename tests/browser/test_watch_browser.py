@@ -37,3 +37,32 @@ def test_the_other_device_shows_the_new_turn_and_its_reply_without_a_reload(live
         assert page.locator("#conversation > article.turn").count() == 2
         assert [page.locator(f"#turn-{i}").count() for i in (0, 1)] == [1, 1]
         assert page.errors == []
+
+
+def test_a_message_sent_again_on_one_device_takes_the_failed_turns_place_on_the_other(live, scripted, page_for):
+    """Re-send on the laptop replaces the failed turn in the file; the phone, which shows that failed turn,
+    swaps it for the message sent again and its reply, and holds one turn (the watch's copy of the laptop's
+    own turn, which has the same key, is skipped there)."""
+    from pathlib import Path
+
+    (Path(live.config.workspace) / "licenses.txt").write_text("MIT for the parser, Apache-2.0 for the rest.\n")
+    scripted.script = Reply(text="The parser is MIT.", piece_size=3, token_delay=0.03)
+    name = live.open_session()
+    laptop, phone = page_for(LAPTOP), page_for(PHONE, touch=True)
+    laptop.goto(f"{live.url}/s/{name}")
+    phone.goto(f"{live.url}/s/{name}")
+    wait_for(lambda: live.services.streams.watching == 2, 15, what="both pages to watch the session")
+    laptop.fill("#message", "What does licences.txt say?")
+    laptop.click("#send")
+    for page in (laptop, phone):
+        wait_until(page, "document.querySelector('#turn-0 .card.error') && "
+                         "document.querySelector('#turn-0').textContent.includes('did you mean')")
+    laptop.locator("#turn-0 button", has_text="Send with licenses.txt").click()
+    for page in (laptop, phone):
+        wait_until(page, "document.querySelector('#turn-0') && "
+                         "document.querySelector('#turn-0').textContent.includes('The parser is MIT.') && "
+                         "!document.querySelector('#turn-0 .msg.reply.streaming')")
+        assert page.locator("#user-text-0").text_content() == "What does licenses.txt say?"
+        assert page.locator("#conversation > article.turn").count() == 1
+        assert page.locator("#turn-0 .card.error").count() == 0
+        assert page.errors == []

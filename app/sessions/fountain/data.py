@@ -7,6 +7,7 @@ parsed play took 49.5 MB instead of 70.7 MB (issue 23, item 8).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -157,6 +158,16 @@ class Turn:
     shared: bool = field(default=False, compare=False, repr=False)
     # A later turn asks this one again (regenerate, edit): the store sets it, the heading keeps it.
     superseded: bool = field(default=False, compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        """A short name for the turn as it was sent (its time and message), which its reply, notes, stats
+        and model (the cue's name until the stats line gives the exact one) leave as it is: a message sent
+        again in a failed turn's place (``resend``) has another, so a page showing the failed one can
+        tell (issue 45's watch stream).  The same message sent again within the same second has the same
+        key, and that page keeps the failed turn until it is reloaded."""
+        sent = f"{self.when.isoformat() if self.when else ''}\n{self.user_text or ''}"
+        return hashlib.sha1(sent.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
 # ------------------------------------------------------------ line escaping
