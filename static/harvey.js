@@ -24,7 +24,7 @@
   // the page shows is skipped, or swapped in where another message took that turn's place (a failed
   // message sent again on another device: the turns' keys differ; not while this page sends one again
   // from that turn itself, whose answer takes the place), and this page's own answer for a turn the
-  // stream brought first takes that turn's place.
+  // stream brought first takes that turn's place only where another message took it.
   function turnIn(html) {
     var found = /id="(turn-\d+)"/.exec(html || "");
     return found ? document.getElementById(found[1]) : null;
@@ -45,7 +45,14 @@
     var detail = event.detail;
     if (!detail.target || detail.target.id !== "conversation") return;
     var shown = turnIn(detail.serverResponse);
-    if (shown) { detail.target = shown; detail.swapOverride = "outerHTML"; }
+    if (!shown) return;
+    // The same turn (same key) that the stream brought first keeps what the reader did on it (an opened
+    // detail, an edited instruction); only the answer's send button and status land.  A turn this page
+    // sent again from (its failed card) is replaced, even by a message of the same key.
+    var key = /data-key="([^"]*)"/.exec(detail.serverResponse);
+    var same = key && shown.dataset.key === key[1] && !shown.contains(detail.elt);
+    detail.target = shown;
+    detail.swapOverride = same ? "none" : "outerHTML";
   });
   // Event streams end themselves every minute or so (the server bounds them) and the
   // browser's EventSource reconnects at once with Last-Event-ID, missing nothing. That

@@ -66,3 +66,39 @@ def test_a_message_sent_again_on_one_device_takes_the_failed_turns_place_on_the_
         assert page.locator("#conversation > article.turn").count() == 1
         assert page.locator("#turn-0 .card.error").count() == 0
         assert page.errors == []
+
+
+def test_the_pages_own_answer_keeps_what_was_done_on_the_watchs_copy_of_its_turn(tmp_path, scripted, make_live,
+                                                                                 page_for):
+    """The watch can bring a page's own turn before the page's request returns (a CI run under load caught
+    it): a reader who has already opened the card's details or edited its instruction keeps that when the
+    request's answer arrives, whose turn is the same (same key); its send button and status still land."""
+    from test_analysis import big_file_config, slow_maps
+
+    scripted.script = slow_maps(0.01)
+    live = make_live(big_file_config(tmp_path, scripted))
+    name = live.open_session()
+    phone = page_for(PHONE, touch=True)
+    held = []
+    phone.route(f"**/s/{name}/messages", lambda route: held.append(route))   # the page's send waits here
+    phone.goto(f"{live.url}/s/{name}")
+    wait_for(lambda: live.services.streams.watching == 1, 15, what="the page to watch the session")
+    phone.fill("#message", "Summarize the methodology in big.md")
+    phone.locator("#send").tap()
+    for _ in range(300):                                            # Playwright runs the handler while it waits
+        if held:
+            break
+        phone.wait_for_timeout(50)
+    answer = held[0].fetch()                                        # the server has it; the page not yet
+    phone.wait_for_selector("#turn-0 .card.alert textarea")        # the watch's copy
+    assert phone.locator("#message").input_value() == "Summarize the methodology in big.md"
+    phone.locator("#turn-0 .card.alert details.more summary").tap()
+    phone.locator("#turn-0 .card.alert textarea").fill("Name every phase of the method.")
+    phone.evaluate("document.getElementById('status').dataset.before = 'answer'")
+    held[0].fulfill(response=answer)
+    wait_until(phone, "document.querySelector('#message').value === ''")   # the page's own answer is in
+    assert phone.evaluate("document.getElementById('status').dataset.before") is None   # its status landed
+    assert phone.locator("#conversation > article.turn").count() == 1
+    assert phone.locator("#turn-0 .card.alert details.more").get_attribute("open") is not None
+    assert phone.locator("#turn-0 .card.alert textarea").input_value() == "Name every phase of the method."
+    assert phone.errors == []
