@@ -10,11 +10,18 @@
     var send = document.getElementById("send");
     if (box.value.trim() && send && !send.disabled) box.form.requestSubmit();
   });
+  // The box is cleared of the message sent, not of one typed since (the watch can show the turn
+  // before the send's answer is in, and the reader may already be typing the next).
+  var sent = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var form = event.detail.elt, box = document.getElementById("message");
+    if (form && form.id === "composer" && box) sent = box.value;
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     var form = event.detail.elt;
     if (form && form.id === "composer" && event.detail.successful) {
       var box = document.getElementById("message");
-      if (box) box.value = "";
+      if (box && box.value === sent) box.value = "";
       var hint = document.getElementById("empty-hint");
       if (hint) hint.remove();
     }
