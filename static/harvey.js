@@ -53,13 +53,14 @@
     if (!detail.target || detail.target.id !== "conversation") return;
     var shown = turnIn(detail.serverResponse);
     if (!shown) return;
-    // The same turn (same key) that the stream brought first keeps what the reader did on it (an opened
-    // detail, an edited instruction); only the answer's send button and status land.  A turn this page
-    // sent again from (its failed card) is replaced, even by a message of the same key.
+    // The same turn (same key) that the stream brought first is left as it is, with what the reader did
+    // on it (an opened detail, an edited instruction), and so are the send button and status it brought:
+    // the answer is no newer, and the reply may have ended since.  A turn this page sent again from (its
+    // failed card) is replaced, even by a message of the same key.
     var key = /data-key="([^"]*)"/.exec(detail.serverResponse);
-    var same = key && shown.dataset.key === key[1] && !shown.contains(detail.elt);
+    if (key && shown.dataset.key === key[1] && !shown.contains(detail.elt)) { detail.shouldSwap = false; return; }
     detail.target = shown;
-    detail.swapOverride = same ? "none" : "outerHTML";
+    detail.swapOverride = "outerHTML";
   });
   // Event streams end themselves every minute or so (the server bounds them) and the
   // browser's EventSource reconnects at once with Last-Event-ID, missing nothing. That

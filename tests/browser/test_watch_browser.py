@@ -72,8 +72,8 @@ def test_the_pages_own_answer_keeps_what_was_done_on_the_watchs_copy_of_its_turn
                                                                                  page_for):
     """The watch can bring a page's own turn before the page's request returns (a CI run under load caught
     it): a reader who has already opened the card's details or edited its instruction keeps that when the
-    request's answer arrives, whose turn is the same (same key); its send button and status still land, and a
-    next message typed meanwhile stays in the box."""
+    request's answer arrives, whose turn is the same (same key), and a next message typed meanwhile stays in
+    the box."""
     from test_analysis import big_file_config, slow_maps
 
     scripted.script = slow_maps(0.01)
@@ -95,12 +95,44 @@ def test_the_pages_own_answer_keeps_what_was_done_on_the_watchs_copy_of_its_turn
     assert phone.locator("#message").input_value() == "Summarize the methodology in big.md"
     phone.locator("#turn-0 .card.alert details.more summary").tap()
     phone.locator("#turn-0 .card.alert textarea").fill("Name every phase of the method.")
-    phone.evaluate("document.getElementById('status').dataset.before = 'answer'")
     phone.fill("#message", "And the next question")                 # typed before the send's answer is in
+    phone.evaluate("document.addEventListener('htmx:afterRequest', () => { window.answered = true; })")
     held[0].fulfill(response=answer)
-    wait_until(phone, "document.getElementById('status').dataset.before === undefined")   # the answer is in
+    wait_until(phone, "window.answered === true")
     assert phone.locator("#message").input_value() == "And the next question"
     assert phone.locator("#conversation > article.turn").count() == 1
     assert phone.locator("#turn-0 .card.alert details.more").get_attribute("open") is not None
     assert phone.locator("#turn-0 .card.alert textarea").input_value() == "Name every phase of the method."
     assert phone.errors == []
+
+
+def test_a_reply_that_ended_before_the_pages_own_answer_came_in_leaves_send_ready(live, scripted, page_for):
+    """The watch brought the page's own turn, its reply streamed and ended, and only then did the send's
+    answer come in (a CI-like load does that): that answer, rendered while the reply was starting, must not
+    put back its "Reply streaming…" button or its streaming turn; Send is ready for the next message."""
+    scripted.script = Reply(text="Short and done.", piece_size=3, token_delay=0.01)
+    name = live.open_session()
+    laptop = page_for(LAPTOP)
+    held = []
+    laptop.route(f"**/s/{name}/messages", lambda route: held.append(route))   # the page's send waits here
+    laptop.goto(f"{live.url}/s/{name}")
+    wait_for(lambda: live.services.streams.watching == 1, 15, what="the page to watch the session")
+    laptop.fill("#message", "A quick one")
+    laptop.click("#send")
+    for _ in range(300):                                            # Playwright runs the handler while it waits
+        if held:
+            break
+        laptop.wait_for_timeout(50)
+    answer = held[0].fetch()                                        # rendered while the reply starts
+    assert "Reply streaming" in answer.text()
+    wait_until(laptop, "document.querySelector('#turn-0') && "
+                       "document.querySelector('#turn-0').textContent.includes('Short and done.') && "
+                       "!document.querySelector('#turn-0 .msg.reply.streaming')")
+    wait_until(laptop, "!document.getElementById('send').disabled")
+    laptop.evaluate("document.addEventListener('htmx:afterRequest', () => { window.answered = true; })")
+    held[0].fulfill(response=answer)
+    wait_until(laptop, "window.answered === true")
+    assert laptop.locator("#send").is_enabled() and laptop.locator("#send").text_content().strip() == "Send"
+    assert laptop.locator("#turn-0 .msg.reply.streaming").count() == 0
+    assert laptop.locator("#conversation > article.turn").count() == 1
+    assert laptop.errors == []
