@@ -55,6 +55,9 @@ def test_a_turn_sent_on_one_device_reaches_the_others_watch_and_a_reconnect_miss
     turns = [(event, data, eid) for event, data, eid in out["conn"].events if event == "turn"]
     assert [eid for _, _, eid in turns] == [f"{key(live, name, 0)}.1"]
     assert 'id="turn-0"' in turns[0][1] and "Hello from the laptop" in turns[0][1]
+    # the first message named the session: the other device's header and tab get that name too
+    assert live.services.store.load(name).title == "Hello from the laptop"
+    assert 'id="title"' in turns[0][1] and 'value="Hello from the laptop"' in turns[0][1]
     wait_until(lambda: not live.services.activities.working(name), 10, "the reply to end")
 
     # the phone comes back with the id it had: only the turn it missed
@@ -66,6 +69,7 @@ def test_a_turn_sent_on_one_device_reaches_the_others_watch_and_a_reconnect_miss
     assert [eid for _, eid in turns] == [f"{key(live, name, 1)}.2"]
     assert 'id="turn-1"' in turns[0][0] and "And a second message" in turns[0][0]
     assert "An answer from the model." in turns[0][0]                # the turn as it is now: answered
+    assert 'id="title"' not in turns[0][0]                          # only the first turn names the session
     assert gate.watching == 0 and gate.open == 0
 
 

@@ -17,6 +17,7 @@ from ..errors import Busy, Conflict, HarveyError
 from ..events import RECONNECT_MS, Event, gate_for, sse_format, sse_retry
 from ..render import stream_snapshot
 from .context import services
+from ..sessions.names import title_from_message
 from ..sessions.store import Session, SessionNotFound
 from ..storage import why_unwritten
 from ..chat import turns
@@ -339,14 +340,18 @@ def watch(name: str):
                     yield sse_format(None)
                     continue
                 try:
-                    turns = svc.store.load(name).turns
+                    session = svc.store.load(name)
                 except SessionNotFound:
                     return                          # deleted on another device: nothing more to show
+                turns = session.turns
                 start = min(shown, len(turns))
                 if start and start == shown and key and turns[start - 1].key != key:
                     start -= 1                      # the page's last turn: another message took its place
                 for index in range(start, len(turns)):
-                    yield sse_format(Event(index + 1, "turn", turn_fragment(name, index)), f"{turns[index].key}.")
+                    html = turn_fragment(name, index)
+                    if index == 0 and session.title == title_from_message(turns[0].user_text):
+                        html += render_template("chat/_title.html", session=session, oob=True)   # named by it
+                    yield sse_format(Event(index + 1, "turn", html), f"{turns[index].key}.")
                 shown, key = len(turns), turns[-1].key if turns else ""
         finally:
             slot.release()

@@ -23,6 +23,8 @@ def test_the_other_device_shows_the_new_turn_and_its_reply_without_a_reload(live
     wait_until(phone, "document.querySelector('#turn-0') && "
                       "document.querySelector('#turn-0').textContent.includes('The reply both devices see.')")
     assert phone.locator("#user-text-0").text_content() == "Sent from the laptop"
+    assert phone.input_value("#title") == "Sent from the laptop"      # the first message named the session
+    wait_until(phone, "document.title.startsWith('Sent from the laptop')")
     assert phone.locator("#empty-hint").count() == 0
     wait_until(laptop, "document.querySelector('#turn-0') && "
                        "document.querySelector('#turn-0').textContent.includes('The reply both devices see.')")
@@ -134,5 +136,6 @@ def test_a_reply_that_ended_before_the_pages_own_answer_came_in_leaves_send_read
     wait_until(laptop, "window.answered === true")
     assert laptop.locator("#send").is_enabled() and laptop.locator("#send").text_content().strip() == "Send"
     assert laptop.locator("#turn-0 .msg.reply.streaming").count() == 0
+    assert laptop.input_value("#title") == "A quick one"             # the watch's turn brought the new name
     assert laptop.locator("#conversation > article.turn").count() == 1
     assert laptop.errors == []
