@@ -30,8 +30,8 @@
   // this page's own too. A turn the page has already is never added twice: the stream's copy of a turn
   // the page shows is skipped, or swapped in where another message took that turn's place (a failed
   // message sent again on another device: the turns' keys differ; not while this page sends one again
-  // from that turn itself, whose answer takes the place), and this page's own answer for a turn the
-  // stream brought first takes that turn's place only where another message took it.
+  // from that turn itself, whose answer takes the place); this page's own answer for a turn the stream
+  // brought first is dropped (below), and takes that turn's place only where another message took it.
   function turnIn(html) {
     var found = /id="(turn-\d+)"/.exec(html || "");
     return found ? document.getElementById(found[1]) : null;
@@ -55,10 +55,10 @@
     if (!shown) return;
     // The same turn (same key) that the stream brought first is left as it is, with what the reader did
     // on it (an opened detail, an edited instruction), and so are the send button and status it brought:
-    // the answer is no newer, and the reply may have ended since.  A turn this page sent again from (its
-    // failed card) is replaced, even by a message of the same key.
+    // the answer is no newer, and the reply may have ended since.  (A failed turn sent again is answered
+    // into that turn itself, HX-Retarget, and never comes here.)
     var key = /data-key="([^"]*)"/.exec(detail.serverResponse);
-    if (key && shown.dataset.key === key[1] && !shown.contains(detail.elt)) { detail.shouldSwap = false; return; }
+    if (key && shown.dataset.key === key[1]) { detail.shouldSwap = false; return; }
     detail.target = shown;
     detail.swapOverride = "outerHTML";
   });

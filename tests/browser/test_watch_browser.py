@@ -70,6 +70,30 @@ def test_a_message_sent_again_on_one_device_takes_the_failed_turns_place_on_the_
         assert page.errors == []
 
 
+
+class HeldSend:
+    """The page's send reaches the server, but its answer waits until ``release``: what a loaded machine
+    sometimes does, so the watch brings the page's own turn first (``page.route`` holds the request)."""
+
+    def __init__(self, page, name: str):
+        self.page, self.routes, self.answer = page, [], None
+        page.route(f"**/s/{name}/messages", lambda route: self.routes.append(route))
+
+    def forward(self):
+        """Send the held request on to the server; its answer is kept (returned) and not given to the page."""
+        for _ in range(300):                                        # Playwright runs the handler while it waits
+            if self.routes:
+                break
+            self.page.wait_for_timeout(50)
+        self.answer = self.routes[0].fetch()
+        return self.answer
+
+    def release(self):
+        """Give the page the answer, and wait until htmx has dealt with it."""
+        self.page.evaluate("document.addEventListener('htmx:afterRequest', () => { window.answered = true; })")
+        self.routes[0].fulfill(response=self.answer)
+        wait_until(self.page, "window.answered === true")
+
 def test_the_pages_own_answer_keeps_what_was_done_on_the_watchs_copy_of_its_turn(tmp_path, scripted, make_live,
                                                                                  page_for):
     """The watch can bring a page's own turn before the page's request returns (a CI run under load caught
@@ -82,25 +106,18 @@ def test_the_pages_own_answer_keeps_what_was_done_on_the_watchs_copy_of_its_turn
     live = make_live(big_file_config(tmp_path, scripted))
     name = live.open_session()
     phone = page_for(PHONE, touch=True)
-    held = []
-    phone.route(f"**/s/{name}/messages", lambda route: held.append(route))   # the page's send waits here
+    held = HeldSend(phone, name)
     phone.goto(f"{live.url}/s/{name}")
     wait_for(lambda: live.services.streams.watching == 1, 15, what="the page to watch the session")
     phone.fill("#message", "Summarize the methodology in big.md")
     phone.locator("#send").tap()
-    for _ in range(300):                                            # Playwright runs the handler while it waits
-        if held:
-            break
-        phone.wait_for_timeout(50)
-    answer = held[0].fetch()                                        # the server has it; the page not yet
+    held.forward()                                                  # the server has it; the page not yet
     phone.wait_for_selector("#turn-0 .card.alert textarea")        # the watch's copy
     assert phone.locator("#message").input_value() == "Summarize the methodology in big.md"
     phone.locator("#turn-0 .card.alert details.more summary").tap()
     phone.locator("#turn-0 .card.alert textarea").fill("Name every phase of the method.")
     phone.fill("#message", "And the next question")                 # typed before the send's answer is in
-    phone.evaluate("document.addEventListener('htmx:afterRequest', () => { window.answered = true; })")
-    held[0].fulfill(response=answer)
-    wait_until(phone, "window.answered === true")
+    held.release()
     assert phone.locator("#message").input_value() == "And the next question"
     assert phone.locator("#conversation > article.turn").count() == 1
     assert phone.locator("#turn-0 .card.alert details.more").get_attribute("open") is not None
@@ -115,25 +132,17 @@ def test_a_reply_that_ended_before_the_pages_own_answer_came_in_leaves_send_read
     scripted.script = Reply(text="Short and done.", piece_size=3, token_delay=0.01)
     name = live.open_session()
     laptop = page_for(LAPTOP)
-    held = []
-    laptop.route(f"**/s/{name}/messages", lambda route: held.append(route))   # the page's send waits here
+    held = HeldSend(laptop, name)
     laptop.goto(f"{live.url}/s/{name}")
     wait_for(lambda: live.services.streams.watching == 1, 15, what="the page to watch the session")
     laptop.fill("#message", "A quick one")
     laptop.click("#send")
-    for _ in range(300):                                            # Playwright runs the handler while it waits
-        if held:
-            break
-        laptop.wait_for_timeout(50)
-    answer = held[0].fetch()                                        # rendered while the reply starts
-    assert "Reply streaming" in answer.text()
+    assert "Reply streaming" in held.forward().text()               # rendered while the reply starts
     wait_until(laptop, "document.querySelector('#turn-0') && "
                        "document.querySelector('#turn-0').textContent.includes('Short and done.') && "
                        "!document.querySelector('#turn-0 .msg.reply.streaming')")
     wait_until(laptop, "!document.getElementById('send').disabled")
-    laptop.evaluate("document.addEventListener('htmx:afterRequest', () => { window.answered = true; })")
-    held[0].fulfill(response=answer)
-    wait_until(laptop, "window.answered === true")
+    held.release()
     assert laptop.locator("#send").is_enabled() and laptop.locator("#send").text_content().strip() == "Send"
     assert laptop.locator("#turn-0 .msg.reply.streaming").count() == 0
     assert laptop.input_value("#title") == "A quick one"             # the watch's turn brought the new name
