@@ -36,13 +36,17 @@
     var found = /id="(turn-\d+)"/.exec(html || "");
     return found ? document.getElementById(found[1]) : null;
   }
+  function keyIn(html) {              // the key (Turn.key) of the turn in ``html``: another message in its place has another
+    var found = /data-key="([^"]*)"/.exec(html || "");
+    return found ? found[1] : null;
+  }
   document.addEventListener("htmx:sseBeforeMessage", function (event) {
     if (event.detail.type !== "turn") return;
     var shown = turnIn(event.detail.data);
     if (shown) {
       event.preventDefault();
-      var key = /data-key="([^"]*)"/.exec(event.detail.data);
-      if (key && shown.dataset.key !== key[1] && !shown.querySelector(".htmx-request")) htmx.swap(shown, event.detail.data, {swapStyle: "outerHTML"});
+      var key = keyIn(event.detail.data);
+      if (key !== null && shown.dataset.key !== key && !shown.querySelector(".htmx-request")) htmx.swap(shown, event.detail.data, {swapStyle: "outerHTML"});
       return;
     }
     var hint = document.getElementById("empty-hint");
@@ -57,8 +61,7 @@
     // on it (an opened detail, an edited instruction), and so are the send button and status it brought:
     // the answer is no newer, and the reply may have ended since.  (A failed turn sent again is answered
     // into that turn itself, HX-Retarget, and never comes here.)
-    var key = /data-key="([^"]*)"/.exec(detail.serverResponse);
-    if (key && shown.dataset.key === key[1]) { detail.shouldSwap = false; return; }
+    if (keyIn(detail.serverResponse) === shown.dataset.key) { detail.shouldSwap = false; return; }
     detail.target = shown;
     detail.swapOverride = "outerHTML";
   });

@@ -315,7 +315,9 @@ def watch(name: str):
     phone that slept) sends Last-Event-ID and gets only what it missed, from the session file itself
     (nothing kept in memory but a number a session: the store's ``turns_changed``).  A failed message
     sent again takes its turn's place (``resend``): the page's last turn then has another key, and that
-    turn is sent again.  A page skips a turn it shows already and swaps one that another took the place of
+    turn is sent again.  The first turn's event also carries the session's name when that message named
+    it (the sending page's own answer, which brings it too, may come in after the watch's copy and is then
+    dropped).  A page skips a turn it shows already and swaps one that another took the place of
     (static/harvey.js).  A watch holds a thread only within the gate's ``watch_limit``, half the streams:
     replies come first.
     """
